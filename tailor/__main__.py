@@ -1,0 +1,5 @@
+import sys
+
+from tailor.cli import main
+
+sys.exit(main())

@@ -1,0 +1,87 @@
+"""Command line: `tailor evaluate`, `tailor knobs`, `tailor scenario`, `tailor table`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tailor.errors import TailorError
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tailor", description="Tailor: per-client-group tuning of TCP and HTTP settings.")
+    sub = p.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evaluate", help="run policies side by side on a scenario and write a report")
+    ev.add_argument("--scenario", default="default", help="built-in scenario name or a scenario file (default: default)")
+    ev.add_argument("--policies", default=None, help="comma list (default: every baseline)")
+    ev.add_argument("--sessions", type=int, default=None, help="number of sessions (default: the scenario's own)")
+    ev.add_argument("--seed", type=int, default=0, help="seed of the world and of every policy (default 0)")
+    ev.add_argument("--out", default=None, help="output directory (default: out/evaluate-<scenario>-s<seed>)")
+    ev.add_argument("--json", action="store_true", help="print one JSON object per policy (JSON lines) instead of a table")
+    ev.add_argument("--space", default="core", help="named configuration space of spec/knobs.json (default core)")
+    ev.add_argument("--allowed", default="", help="AllowedConfig, e.g. NoBBR,NoHighICW,tcp.initial_cwnd<=32")
+    ev.add_argument("--update-freq", type=float, default=300.0, help="UpdateFreq in seconds (default 300)")
+    ev.add_argument("--update-latency", type=float, default=0.0, help="UpdateLatency in seconds (default 0)")
+    ev.add_argument("--mode", choices=("online", "table"), default="online",
+                    help="online: the policy picks per connection; table: edges apply compiled decision tables")
+    ev.add_argument("--perf-memory", type=int, default=None, help="PerfMemory: samples kept per configuration (0 = all)")
+    ev.add_argument("--no-report", action="store_true", help="skip the HTML report")
+    sub.add_parser("knobs", help="list the knob registry")
+    sc = sub.add_parser("scenario", help="load a scenario (name or file), validate it and summarize it")
+    sc.add_argument("scenario")
+    sc.add_argument("--sessions", type=int, default=None)
+    sc.add_argument("--seed", type=int, default=0)
+    tb = sub.add_parser("table", help="validate a decision table file")
+    tb.add_argument("path")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _build_parser().parse_args(argv)
+    try:
+        return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table}[args.command](args, argv)
+    except TailorError as err:
+        print(f"tailor: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _evaluate(args, argv) -> int:
+    from tailor.eval.cmd import run_evaluate
+
+    return run_evaluate(args, argv)
+
+
+def _knobs(args, argv) -> int:
+    from tailor.space import load_registry
+
+    for k in load_registry().knobs.values():
+        domain = list(k.values) if k.values else (list(k.bounds) if k.bounds else "bool")
+        print(f"{k.name:40s} {k.layer:9s} default={k.default!s:8s} domain={domain} apply={','.join(k.apply)}")
+    return 0
+
+
+def _scenario(args, argv) -> int:
+    from tailor.scenario import load_scenario
+
+    scn = load_scenario(args.scenario, n_sessions=args.sessions, seed=args.seed)
+    access: dict[str, int] = {}
+    for s in scn.sessions:
+        access[s.client.access] = access.get(s.client.access, 0) + 1
+    print(json.dumps({"name": scn.name, "sessions": len(scn.sessions), "pageloads": scn.n_loads,
+                      "websites": scn.websites(), "access": access}, indent=1))
+    return 0
+
+
+def _table(args, argv) -> int:
+    from tailor.table import load_table
+
+    doc = load_table(Path(args.path))
+    print(f"ok: version {doc['version']}, {len(doc['groups'])} groups, {len(doc['rules'])} rules")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The one policy interface shared by the simulator and the live manager.
+
+Every learner implements ``_select`` (and usually ``_observe`` and ``_plan``); the public methods
+add the guardrails every policy must honour:
+
+* ``select(ctx)``: holdback share gets the default; the returned configuration must be in the
+  (AllowedConfig-restricted) space, otherwise the default is applied and the violation counted.
+* ``observe(ctx, decision, outcome)``: feedback of one connection / page load.
+* ``plan(now)``: periodic model update (UpdateFreq); returns the decision table the edges apply.
+
+Constructors store hyper-parameters only; ``reset(space, env)`` creates learned state; every
+policy owns a seeded ``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+from tailor.errors import ParameterError, check
+from tailor.scenario.model import ClientInfo
+from tailor.space import ConfigSpace
+
+
+@dataclass(frozen=True)
+class PrefixHistory:
+    """What telemetry has taught about a client /24 (Configanator App. C archive)."""
+
+    goodput_mbps: float
+    loss: float
+    rtt_ms: float
+    samples: int
+    age_s: float  # seconds since the last telemetry of this prefix
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a policy may know when a connection arrives (features available at the handshake)."""
+
+    time_s: float
+    session: str
+    client: ClientInfo
+    website: str
+    handshake_rtt_ms: float
+    history: PrefixHistory | None  # None for a prefix the archive does not know yet
+    load_index: int = 0  # page-load number within the session
+    cell: int = -1  # true condition cell: ONLY oracle policies (optimal) may read it
+    stale_cell: int = -1  # cell of the prefix archive's last view: ONLY oracle policies may read it
+
+
+@dataclass(frozen=True)
+class Decision:
+    config: int  # index into the policy's ConfigSpace
+    probability: float = 1.0  # probability with which this configuration was chosen (off-policy evaluation)
+    group: str = "default"  # group / network class that produced it
+    arm: str = "default"  # which arm / mechanism chose it (exploration, exploitation, holdback, ...)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Telemetry of one page load as the server sees it."""
+
+    completion_ms: float
+    goodput_mbps: float
+    rtt_ms: float
+    loss: float
+    bytes: int
+
+
+@dataclass
+class PolicyEnv:
+    """What the evaluation harness gives a policy at reset. ``oracle`` is only set for oracle policies."""
+
+    websites: tuple[str, ...] = ()
+    oracle: Any = None  # a PLTTensor, for 'optimal' only
+    archive: Any = None  # the PrefixArchive (telemetry history per prefix), for compiling tables
+    update_period_s: float = 300.0
+
+
+class Policy(ABC):
+    """Base class of every policy. Subclasses set ``name`` and implement ``_select``."""
+
+    name: ClassVar[str] = "policy"
+    needs_oracle: ClassVar[bool] = False
+    # name -> (default, validator, rule shown in the error message)
+    parameters: ClassVar[dict[str, tuple[Any, Callable[[Any], bool], str]]] = {}
+
+    def __init__(self, *, seed: int = 0, holdback: float = 0.0, **params: Any):
+        check(0.0 <= holdback < 1.0, type(self).__name__, "holdback", "in [0, 1)", holdback)
+        self.seed = seed
+        self.holdback = holdback
+        for key, value in params.items():
+            if key not in self.parameters:
+                raise ParameterError(f"{type(self).__name__} has no parameter {key!r}; known: {sorted(self.parameters)}")
+        for key, (default, ok, rule) in self.parameters.items():
+            value = params.get(key, default)
+            check(ok(value), type(self).__name__, key, rule, value)
+            setattr(self, key, value)
+        self.space: ConfigSpace | None = None
+
+    # -- lifecycle
+    def reset(self, space: ConfigSpace, env: PolicyEnv | None = None) -> "Policy":
+        """Forget everything learned and prepare for ``space``."""
+        env = env or PolicyEnv()
+        if self.needs_oracle and env.oracle is None:
+            raise ParameterError(f"policy {self.name!r} is an oracle baseline and needs env.oracle")
+        self.space = space
+        self.env = env
+        self._rng = np.random.default_rng(self.seed)
+        self._violations = 0
+        self._init_state()
+        return self
+
+    def _init_state(self) -> None:
+        """Create learned state (override)."""
+
+    def clone(self) -> "Policy":
+        """A fresh, unfitted policy with the same hyper-parameters."""
+        fresh = copy.copy(self)
+        fresh.__dict__ = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in ("space", "env")}
+        fresh.space = None
+        return fresh
+
+    def hyper_parameters(self) -> dict[str, Any]:
+        return {"seed": self.seed, "holdback": self.holdback, **{k: getattr(self, k) for k in self.parameters}}
+
+    # -- per connection
+    def select(self, ctx: Context) -> Decision:
+        if self.holdback and self._rng.random() < self.holdback:
+            return Decision(self.space.default_index, self.holdback, "holdback", "holdback")
+        decision = self._select(ctx)
+        if not 0 <= decision.config < len(self.space.configs):
+            self._violations += 1
+            return Decision(self.space.default_index, 1.0, decision.group, "guardrail")
+        return decision
+
+    @abstractmethod
+    def _select(self, ctx: Context) -> Decision:
+        """Choose a configuration index for this connection."""
+
+    def observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
+        if decision.arm in ("holdback", "guardrail"):
+            return
+        self._observe(ctx, decision, outcome)
+
+    def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
+        """Learn from one outcome (override)."""
+
+    # -- slow loop
+    def plan(self, now: float, compile: bool = True):
+        """Periodic update (UpdateFreq); returns the decision table the edges would apply.
+
+        The simulator's online mode passes ``compile=False`` between tables to skip compilation.
+        """
+        from tailor.table import compile_table
+
+        self._plan(now)
+        if not compile:
+            return None
+        self._table_version = getattr(self, "_table_version", 0) + 1
+        return compile_table(self, now, self._table_version)
+
+    def _plan(self, now: float) -> None:
+        """Heavy model updates: refit classes, retrain trees (override)."""
+
+    def table_groups(self) -> dict[str, dict[int, float]]:
+        """For decision tables: group id -> {config index: probability}.
+
+        The default publishes one group holding the default configuration; learners override it.
+        """
+        return {"default": {self.space.default_index: 1.0}}
+
+    def table_rules(self) -> list[dict]:
+        """Rules mapping prefixes (and optionally SNI / device) to the groups of ``table_groups``."""
+        return []
+
+    @property
+    def violations(self) -> int:
+        return self._violations
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {}
+
+
+def register(name: str):
+    """Class decorator: make a policy constructible by name (``make_policy``)."""
+
+    def wrap(cls):
+        cls.name = name
+        POLICIES[name] = cls
+        return cls
+
+    return wrap
+
+
+def make_policy(name: str, **params: Any) -> Policy:
+    if name not in POLICIES:
+        raise ParameterError(f"The 'policies' parameter must name registered policies {sorted(POLICIES)}. Got {name!r}.")
+    return POLICIES[name](**params)
+
+
+@dataclass
+class _Counter:
+    """Small helper for policies: running mean with a bounded memory (PerfMemory)."""
+
+    memory: int = 0  # 0 = unbounded
+    values: list = field(default_factory=list)
+    total: float = 0.0
+    n: int = 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.total += x
+        if self.memory:
+            self.values.append(x)
+            if len(self.values) > self.memory:
+                self.total -= self.values.pop(0)
+
+    @property
+    def mean(self) -> float:
+        count = min(self.n, self.memory) if self.memory else self.n
+        return self.total / count if count else float("nan")

@@ -1,0 +1,162 @@
+"""Baselines of Configanator §6.1: Default, Random, Optimal (fresh / stale view), Brute, Brute+NC, MAB+NC."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailor.policies.base import Context, Decision, Outcome, Policy, register
+from tailor.policies.learners import ArmStats, KeyedLearner
+
+_POS_INT = (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1")
+_MEMORY = (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0 = unbounded)")
+
+
+@register("default")
+class DefaultPolicy(Policy):
+    """Linux/Apache defaults for everyone (cubic, IW 10, HTTP/1.1, RTO min 200 ms)."""
+
+    def _select(self, ctx: Context) -> Decision:
+        return Decision(self.space.default_index, 1.0, "default", "default")
+
+
+@register("random")
+class RandomPolicy(Policy):
+    """A uniformly random allowed configuration per connection."""
+
+    def _select(self, ctx: Context) -> Decision:
+        n = len(self.space)
+        return Decision(int(self._rng.integers(n)), 1.0 / n, "all", "random")
+
+    def table_groups(self):
+        n = len(self.space)
+        return {"all": {i: 1.0 / n for i in range(n)}}
+
+    def table_rules(self):
+        return [{"prefix": "0.0.0.0/0", "group": "all"}, {"prefix": "::/0", "group": "all"}]
+
+
+@register("optimal")
+class OptimalPolicy(Policy):
+    """Oracle upper bound: the configuration with the lowest ground truth for the current condition.
+
+    ``view='fresh'`` uses the true current condition; ``view='stale'`` uses the condition the prefix
+    archive last reported (ConfigTron's stale-view oracle), falling back to the default when unknown.
+    """
+
+    needs_oracle = True
+    parameters = {"view": ("fresh", lambda v: v in ("fresh", "stale"), "'fresh' or 'stale'")}
+
+    def _select(self, ctx: Context) -> Decision:
+        cell = ctx.cell if self.view == "fresh" else ctx.stale_cell
+        if cell < 0:
+            return Decision(self.space.default_index, 1.0, "unknown", "default")
+        tensor = self.env.oracle
+        return Decision(int(np.argmin(tensor.mode(cell, tensor.site_index[ctx.website]))), 1.0, "oracle", "oracle")
+
+
+@register("optimal-stale")
+class OptimalStalePolicy(OptimalPolicy):
+    parameters = {"view": ("stale", lambda v: v in ("fresh", "stale"), "'fresh' or 'stale'")}
+
+
+class _BruteBase(KeyedLearner):
+    """Explores every configuration once per key in a random order, then exploits the best seen."""
+
+    parameters = {"perf_memory": (0, *_MEMORY), "classes": (8, *_POS_INT)}
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._stats: dict[str, ArmStats] = {}
+        self._order: dict[str, np.ndarray] = {}
+
+    def _select(self, ctx: Context) -> Decision:
+        key = self.key(ctx)
+        if key is None:
+            return Decision(self.space.default_index, 1.0, "unknown", "default")
+        stats = self._stats.get(key)
+        if stats is None or stats.total < len(self.space):
+            order = self._order.setdefault(key, self._rng.permutation(len(self.space)))
+            return Decision(int(order[0 if stats is None else stats.total]), 1.0, key, "explore")
+        return Decision(stats.best(), 1.0, key, "exploit")
+
+    def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
+        self._observe_classes(ctx)
+        if decision.group in ("unknown",):
+            return
+        stats = self._stats.setdefault(decision.group, ArmStats(len(self.space), self.perf_memory))
+        stats.add(decision.config, outcome.completion_ms)
+
+    def table_groups(self):
+        groups = {k: {s.best() if s.total >= len(self.space) else self.space.default_index: 1.0}
+                  for k, s in self._stats.items()}
+        return {"default": {self.space.default_index: 1.0}, **groups}
+
+
+@register("brute")
+class BrutePolicy(_BruteBase):
+    granularity = "client"
+
+
+@register("brute-nc")
+class BruteNCPolicy(_BruteBase):
+    granularity = "nc"
+
+
+@register("mab-nc")
+class MABNCPolicy(KeyedLearner):
+    """Weighted epsilon-greedy bandit per network class x website (Vermorel & Mohri 2005).
+
+    Exploitation picks the arm with the lowest mean completion time; exploration (probability
+    ``epsilon``) draws an arm with weight 1 for untried arms and weight proportional to
+    (best mean / arm mean) ** ``sharpness`` for tried ones, so it revisits promising arms more often.
+    Until anything is tried for a key, the default configuration is exploited.
+    """
+
+    parameters = {
+        "epsilon": (0.1, lambda v: isinstance(v, float) and 0.0 <= v <= 1.0, "in [0, 1]"),
+        "sharpness": (4.0, lambda v: isinstance(v, float) and v >= 0.0, ">= 0"),
+        "perf_memory": (0, *_MEMORY),
+        "classes": (8, *_POS_INT),
+    }
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._stats: dict[str, ArmStats] = {}
+
+    def _weights(self, stats: ArmStats) -> np.ndarray:
+        means = stats.means()
+        best = np.nanmin(means) if stats.total else 1.0
+        w = np.where(np.isnan(means), 1.0, (best / np.where(np.isnan(means), 1.0, means)) ** self.sharpness)
+        return w / w.sum()
+
+    def _select(self, ctx: Context) -> Decision:
+        key = self.key(ctx)
+        if key is None:
+            return Decision(self.space.default_index, 1.0, "unknown", "default")
+        stats = self._stats.get(key)
+        greedy = self.space.default_index if stats is None or stats.total == 0 else stats.best()
+        weights = self._weights(stats) if stats is not None else np.full(len(self.space), 1.0 / len(self.space))
+        if self._rng.random() < self.epsilon:
+            arm = int(self._rng.choice(len(self.space), p=weights))
+            how = "explore"
+        else:
+            arm, how = greedy, "exploit"
+        prob = self.epsilon * weights[arm] + (1.0 - self.epsilon) * (arm == greedy)
+        return Decision(arm, float(prob), key, how)
+
+    def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
+        self._observe_classes(ctx)
+        if decision.group == "unknown":
+            return
+        stats = self._stats.setdefault(decision.group, ArmStats(len(self.space), self.perf_memory))
+        stats.add(decision.config, outcome.completion_ms)
+
+    def table_groups(self):
+        groups = {}
+        for key, stats in self._stats.items():
+            w = self._weights(stats)
+            greedy = stats.best() if stats.total else self.space.default_index
+            probs = self.epsilon * w
+            probs[greedy] += 1.0 - self.epsilon
+            groups[key] = {i: float(p) for i, p in enumerate(probs) if p > 1e-6}
+        return {"default": {self.space.default_index: 1.0}, **groups}

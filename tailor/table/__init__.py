@@ -1,0 +1,166 @@
+"""Decision tables (manager -> edge): schema validation, compilation from a policy, resolution.
+
+The format is spec/decision-table.schema.json; this module adds the checks JSON Schema cannot
+express (knob values against the registry, config ids against their content, probabilities summing
+to one, rule references, CIDR syntax) and implements the resolution rule the Go edge implements too.
+Shared test vectors live in spec/vectors/decision-table/.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from tailor.errors import ParameterError, TableError
+from tailor.space import Configuration
+from tailor.space.knobs import SPEC_DIR
+
+SCHEMA_ID = "tailor.decision-table/v1"
+PROB_TOLERANCE = 1e-6
+
+
+@lru_cache(maxsize=4)
+def load_schema(name: str) -> dict:
+    return json.loads((SPEC_DIR / name).read_text())
+
+
+def validate_table(doc: Any) -> dict:
+    """Return ``doc`` if it is a valid decision table, else raise TableError naming field and reason."""
+    validator = jsonschema.Draft202012Validator(load_schema("decision-table.schema.json"))
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        raise TableError(f"decision table field {_path(e.absolute_path)}: {e.message}")
+    _check_configs(doc)
+    groups = _check_groups(doc)
+    _check_rules(doc, groups)
+    return doc
+
+
+def _path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(root)"
+
+
+def _check_configs(doc: dict) -> None:
+    for cid, knobs in doc["configs"].items():
+        try:
+            config = Configuration(knobs)
+        except ParameterError as err:
+            raise TableError(f"decision table field configs.{cid}: {err}") from None
+        if config.id != cid:
+            raise TableError(f"decision table field configs.{cid}: id does not match its content (expected {config.id})")
+    if doc["default"] not in doc["configs"]:
+        raise TableError(f"decision table field default: config {doc['default']} is not in configs")
+
+
+def _check_groups(doc: dict) -> set[str]:
+    seen: set[str] = set()
+    for i, group in enumerate(doc["groups"]):
+        if group["id"] in seen:
+            raise TableError(f"decision table field groups[{i}].id: duplicate group id {group['id']!r}")
+        seen.add(group["id"])
+        for j, choice in enumerate(group["choices"]):
+            if choice["config"] not in doc["configs"]:
+                raise TableError(f"decision table field groups[{i}].choices[{j}].config: unknown config {choice['config']}")
+        total = sum(c["p"] for c in group["choices"])
+        if abs(total - 1.0) > PROB_TOLERANCE:
+            raise TableError(f"decision table field groups[{i}].choices: probabilities sum to {total:.9f}, not 1")
+    return seen
+
+
+def _check_rules(doc: dict, groups: set[str]) -> None:
+    keys = set()
+    for i, rule in enumerate(doc["rules"]):
+        try:
+            net = ipaddress.ip_network(rule["prefix"], strict=True)
+        except ValueError as err:
+            raise TableError(f"decision table field rules[{i}].prefix: {err}") from None
+        if rule["group"] not in groups:
+            raise TableError(f"decision table field rules[{i}].group: unknown group {rule['group']!r}")
+        key = (net, rule.get("sni"), rule.get("device"))
+        if key in keys:
+            raise TableError(f"decision table field rules[{i}]: duplicate rule for {rule['prefix']} sni={key[1]} device={key[2]}")
+        keys.add(key)
+
+
+class TableResolver:
+    """Per-connection lookup in a validated table: the reference the Go edge is tested against.
+
+    Longest-prefix match by probing each prefix length present in the table (descending), each a
+    dict lookup, so the cost grows with the number of distinct prefix lengths, not of rules.
+    """
+
+    def __init__(self, doc: dict):
+        self.doc = validate_table(doc)
+        self._groups = {g["id"]: g["choices"] for g in doc["groups"]}
+        self._by_net: dict = {}
+        for r in doc["rules"]:
+            net = ipaddress.ip_network(r["prefix"])
+            self._by_net.setdefault(net, []).append((r.get("sni"), r.get("device"), r["group"]))
+        self._lengths = {v: sorted({n.prefixlen for n in self._by_net if n.version == v}, reverse=True) for v in (4, 6)}
+
+    def group_of(self, addr: str, sni: str | None = None, device: str | None = None) -> str | None:
+        ip = ipaddress.ip_address(addr)
+        for length in self._lengths[ip.version]:
+            rules = self._by_net.get(ipaddress.ip_network((ip, length), strict=False))
+            if not rules:
+                continue
+            best = None
+            for r_sni, r_dev, group in rules:
+                if (r_sni is not None and r_sni != sni) or (r_dev is not None and r_dev != device):
+                    continue
+                rank = (r_sni is not None, r_dev is not None)
+                if best is None or rank > best[0]:
+                    best = (rank, group)
+            if best is not None:
+                return best[1]
+        return None
+
+    def resolve(self, addr: str, u: float, sni: str | None = None, device: str | None = None) -> tuple[str | None, str, float]:
+        """(group or None, config id, probability) for a connection, with ``u`` ~ U[0,1)."""
+        group = self.group_of(addr, sni, device)
+        if group is None:
+            return None, self.doc["default"], 1.0
+        choices = self._groups[group]
+        acc = 0.0
+        for c in choices:
+            acc += c["p"]
+            if u < acc:
+                return group, c["config"], c["p"]
+        return group, choices[-1]["config"], choices[-1]["p"]
+
+
+def compile_table(policy, now: float, version: int = 1) -> dict:
+    """Decision table from a policy's ``table_groups()`` and ``table_rules()``, validated."""
+    space = policy.space
+    groups, rules = policy.table_groups(), policy.table_rules()
+    used = {space.default_index} | {i for g in groups.values() for i in g}
+    configs = {space.configs[i].id: dict(space.configs[i].changes()) for i in sorted(used)}
+    doc = {
+        "schema": SCHEMA_ID, "version": version, "generated_at": float(now), "policy": policy.name,
+        "holdback": policy.holdback, "default": space.configs[space.default_index].id, "configs": configs,
+        "groups": [{"id": gid, "choices": _normalized(space, probs)} for gid, probs in groups.items()],
+        "rules": [r for r in rules if r["group"] in groups],
+    }
+    return validate_table(doc)
+
+
+def _normalized(space, probs: dict[int, float]) -> list[dict]:
+    total = sum(probs.values())
+    return [{"config": space.configs[i].id, "p": p / total} for i, p in sorted(probs.items()) if p > 0]
+
+
+def load_table(path: str | Path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise TableError(f"decision table {path}: {err}") from None
+    return validate_table(doc)

@@ -1,0 +1,47 @@
+"""Decision-table and telemetry contracts, driven by the shared vectors in spec/vectors/."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tailor.errors import TableError
+from tailor.table import TableResolver, validate_table
+from tailor.telemetry import TelemetryError, validate_batch
+
+VECTORS = Path(__file__).resolve().parents[1] / "spec" / "vectors"
+RESOLVE = json.loads((VECTORS / "decision-table" / "resolve.json").read_text())
+INVALID = json.loads((VECTORS / "decision-table" / "invalid.json").read_text())["cases"]
+TEL_INVALID = json.loads((VECTORS / "telemetry" / "invalid.json").read_text())["cases"]
+
+
+def test_vector_table_is_valid():
+    validate_table(RESOLVE["table"])
+
+
+@pytest.mark.parametrize("case", RESOLVE["cases"], ids=lambda c: c["why"])
+def test_resolution_vectors(case):
+    resolver = TableResolver(RESOLVE["table"])
+    group, config, p = resolver.resolve(case["addr"], case["u"], case.get("sni"), case.get("device"))
+    assert (group, config, p) == (case["group"], case["config"], pytest.approx(case["p"]))
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_tables_rejected_with_field(name):
+    case = INVALID[name]
+    with pytest.raises(TableError) as err:
+        validate_table(case["table"])
+    msg = str(err.value)
+    assert f"field {case['field']}" in msg and case["contains"] in msg, msg
+
+
+def test_telemetry_valid_vector():
+    validate_batch(json.loads((VECTORS / "telemetry" / "valid.json").read_text())["batch"])
+
+
+@pytest.mark.parametrize("name", sorted(TEL_INVALID))
+def test_invalid_telemetry_rejected_with_field(name):
+    case = TEL_INVALID[name]
+    with pytest.raises(TelemetryError) as err:
+        validate_batch(case["batch"])
+    assert f"field {case['field']}" in str(err.value) and case["contains"] in str(err.value), str(err.value)

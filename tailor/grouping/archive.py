@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tailor.policies.base import PrefixHistory
+from tailor.context import PrefixHistory
 
 
 @dataclass

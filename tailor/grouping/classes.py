@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 from sklearn.cluster import KMeans
+from threadpoolctl import threadpool_limits
 
 from tailor.errors import check
-from tailor.policies.base import Context, PrefixHistory
+from tailor.context import Context, PrefixHistory
 
 DEVICES = ("desktop", "android", "ios")
 
@@ -62,10 +63,12 @@ class NetworkClasses:
         rows = np.array(self._rows[-self.window:])
         if len(rows) < max(self.min_rows, self.k):
             return False
-        if self._centers is None:
-            km = KMeans(self.k, n_init=4, random_state=self.seed).fit(rows)
-        else:
-            km = KMeans(self.k, init=self._centers, n_init=1, random_state=self.seed).fit(rows)
+        # one thread: on small data OpenMP start-up costs more than the fit, and results stay reproducible
+        with threadpool_limits(1):
+            if self._centers is None:
+                km = KMeans(self.k, n_init=4, max_iter=100, tol=1e-3, random_state=self.seed).fit(rows)
+            else:
+                km = KMeans(self.k, init=self._centers, n_init=1, max_iter=100, tol=1e-3, random_state=self.seed).fit(rows)
         self._centers = km.cluster_centers_
         return True
 

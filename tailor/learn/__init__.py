@@ -11,7 +11,7 @@ The BO baselines (``tailor.policies.bo``) use all four; the Configanator policy 
 from tailor.learn.acquisition import expected_improvement, lognormal_expected_improvement, relative_ei
 from tailor.learn.gp import GPSurrogate
 from tailor.learn.optimize import candidate_indices, maximize, propose
-from tailor.learn.search import BOSearch
+from tailor.learn.search import BOSearch, ConfigStats
 
-__all__ = ["BOSearch", "GPSurrogate", "candidate_indices", "expected_improvement", "lognormal_expected_improvement",
+__all__ = ["BOSearch", "ConfigStats", "GPSurrogate", "candidate_indices", "expected_improvement", "lognormal_expected_improvement",
            "maximize", "propose", "relative_ei"]

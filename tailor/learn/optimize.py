@@ -35,15 +35,16 @@ def maximize(values: np.ndarray, candidates: np.ndarray, rng: np.random.Generato
 
 
 def propose(surrogate, codes: np.ndarray, tried: Iterable[int], best: float, rng: np.random.Generator,
-            acquisition: Acquisition = lognormal_expected_improvement,
-            include_tried: bool = False) -> tuple[int | None, float]:
+            acquisition: Acquisition = lognormal_expected_improvement, include_tried: bool = False,
+            latent: bool = True) -> tuple[int | None, float]:
     """Next configuration and its acquisition value, or (None, 0.0) when no candidate is left.
 
     ``codes`` are the encoded rows of the whole (restricted) space; ``surrogate`` anything with
-    ``predict(X) -> (mean, std)``; ``best`` the incumbent in the units ``acquisition`` expects.
+    ``predict(X, latent=...) -> (mean, std)``; ``best`` the incumbent in the units ``acquisition``
+    expects; ``latent=False`` scores with the noisy predictive std (see :class:`tailor.learn.BOSearch`).
     """
     cand = candidate_indices(len(codes), tried, include_tried)
     if len(cand) == 0:
         return None, 0.0
-    mean, std = surrogate.predict(codes[cand])
+    mean, std = surrogate.predict(codes[cand], latent=latent)
     return maximize(acquisition(mean, std, best), cand, rng)

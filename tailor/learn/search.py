@@ -19,6 +19,7 @@ feedback arrives get (and re-measure) the same configuration.
 from __future__ import annotations
 
 import math
+from collections import deque
 
 import numpy as np
 
@@ -26,10 +27,44 @@ from tailor.errors import check
 from tailor.learn.acquisition import lognormal_expected_improvement, relative_ei
 from tailor.learn.gp import GPSurrogate
 from tailor.learn.optimize import propose
-from tailor.policies.learners import ArmStats
 from tailor.space import ConfigSpace
 
 BOOTSTRAP, EXPLORE, EXPLOIT = "bootstrap", "explore", "exploit"
+
+
+class ConfigStats:
+    """Per-configuration running means of completion time and of its log, over the last ``memory``
+    observations of each configuration (PerfMemory; 0 = unbounded).
+
+    Kept here rather than reusing ``tailor.policies.learners.ArmStats`` so that ``tailor.learn`` stays
+    below ``tailor.policies`` in the import graph (policies import learn, never the reverse).
+    """
+
+    def __init__(self, n: int, memory: int = 0):
+        self.memory = memory
+        self.sums = np.zeros((2, n))  # row 0: ms, row 1: log ms
+        self.counts = np.zeros(n, dtype=int)
+        self._history: dict[int, deque] = {}
+
+    def add(self, config: int, value_ms: float) -> None:
+        pair = np.array([value_ms, math.log(value_ms)])
+        self.sums[:, config] += pair
+        self.counts[config] += 1
+        if self.memory:
+            hist = self._history.setdefault(config, deque())
+            hist.append(pair)
+            if len(hist) > self.memory:
+                self.sums[:, config] -= hist.popleft()
+                self.counts[config] -= 1
+
+    def means(self, log: bool = False) -> np.ndarray:
+        """Mean per configuration (NaN where never observed)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.counts > 0, self.sums[int(log)] / np.maximum(self.counts, 1), np.nan)
+
+    def best(self) -> int | None:
+        """Configuration with the lowest mean completion time, or None before any observation."""
+        return int(np.nanargmin(self.means())) if self.counts.any() else None
 
 
 class BOSearch:
@@ -38,19 +73,26 @@ class BOSearch:
     Defaults are Configanator's (§5: init_sample=4, min_sample_tested=7, EI=8%); ``perf_memory``
     bounds each configuration's history (PerfMemory, App. Table 4; 0 = unbounded); ``max_points``
     caps the GP training set (the most recently observed configurations, incumbent always kept).
+
+    EI is computed as GPyOpt computes it (Configanator's GP library, §5): the incumbent is the lowest
+    posterior mean at a tried configuration (GPyOpt ``get_fmin``), and with ``noisy_ei=True`` the
+    predictive std includes the learned observation noise (GPy ``predict`` default). On noisy PLTs
+    that keeps EI up and the search exploring past ``min_samples`` (the paper saw per-client BO
+    "explore over 90% of the space without achieving the target EI", §6.2). ``noisy_ei=False``
+    scores the latent function (textbook EI), which on noisy data stops at about ``min_samples``.
     """
 
     def __init__(self, space: ConfigSpace, rng: np.random.Generator, *, init_samples: int = 4,
                  min_samples: int = 7, ei_threshold: float = 0.08, perf_memory: int = 0, max_points: int = 60,
-                 surrogate: GPSurrogate | None = None):
+                 noisy_ei: bool = True, surrogate: GPSurrogate | None = None):
         check(init_samples >= 1, "BOSearch", "init_samples", "an integer >= 1", init_samples)
         check(ei_threshold >= 0, "BOSearch", "ei_threshold", ">= 0", ei_threshold)
         self.space, self.min_samples, self.ei_threshold = space, min_samples, ei_threshold
+        self.noisy_ei = noisy_ei
         self._rng = rng
         self._codes = space.encode()
         self._boot = space.lhs(init_samples, rng)
-        self._ms = ArmStats(len(space), perf_memory)  # completion time: what exploitation ranks by
-        self._log = ArmStats(len(space), perf_memory)  # log completion time: what the GP models
+        self._stats = ConfigStats(len(space), perf_memory)  # exploitation ranks by ms, the GP models log ms
         self._last_seen: dict[int, int] = {}  # config -> sequence number of its latest observation
         self._n_obs = 0
         self._max_points = max_points
@@ -72,7 +114,7 @@ class BOSearch:
 
     def best(self) -> int:
         """Lowest mean observed completion time; the default before any observation."""
-        best = self._ms.best()
+        best = self._stats.best()
         return self.space.default_index if best is None else best
 
     def suggest(self) -> tuple[int, str]:
@@ -99,9 +141,7 @@ class BOSearch:
     # -- feedback
     def observe(self, config: int, completion_ms: float) -> None:
         """Record one page load; marks the GP stale (refit happens at the next suggest)."""
-        value = max(float(completion_ms), 1e-3)
-        self._ms.add(config, value)
-        self._log.add(config, math.log(value))
+        self._stats.add(config, max(float(completion_ms), 1e-3))
         self._n_obs += 1
         self._last_seen[config] = self._n_obs
         self._dirty = True
@@ -122,10 +162,10 @@ class BOSearch:
         """Refit the GP, pick the max-EI untried configuration, and apply the stopping rule."""
         self._dirty = False
         tried = self._training_set()
-        self.surrogate.fit(self._codes[tried], self._log.means()[tried])
+        self.surrogate.fit(self._codes[tried], self._stats.means(log=True)[tried])
         incumbent = math.exp(float(np.min(self.surrogate.predict(self._codes[tried])[0])))
         nxt, ei = propose(self.surrogate, self._codes, self._last_seen, incumbent, self._rng,
-                          acquisition=lognormal_expected_improvement)
+                          acquisition=lognormal_expected_improvement, latent=not self.noisy_ei)
         self.relative_ei = 0.0 if nxt is None else relative_ei(ei, incumbent)
         if nxt is None or (self.tested >= self.min_samples and self.relative_ei < self.ei_threshold):
             self.stopped = True

@@ -22,53 +22,8 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from tailor.errors import ParameterError, check
-from tailor.scenario.model import ClientInfo
+from tailor.context import Context, Decision, Outcome, PrefixHistory  # noqa: F401 (re-exported)
 from tailor.space import ConfigSpace
-
-
-@dataclass(frozen=True)
-class PrefixHistory:
-    """What telemetry has taught about a client /24 (Configanator App. C archive)."""
-
-    goodput_mbps: float
-    loss: float
-    rtt_ms: float
-    samples: int
-    age_s: float  # seconds since the last telemetry of this prefix
-
-
-@dataclass(frozen=True)
-class Context:
-    """Everything a policy may know when a connection arrives (features available at the handshake)."""
-
-    time_s: float
-    session: str
-    client: ClientInfo
-    website: str
-    handshake_rtt_ms: float
-    history: PrefixHistory | None  # None for a prefix the archive does not know yet
-    load_index: int = 0  # page-load number within the session
-    cell: int = -1  # true condition cell: ONLY oracle policies (optimal) may read it
-    stale_cell: int = -1  # cell of the prefix archive's last view: ONLY oracle policies may read it
-
-
-@dataclass(frozen=True)
-class Decision:
-    config: int  # index into the policy's ConfigSpace
-    probability: float = 1.0  # probability with which this configuration was chosen (off-policy evaluation)
-    group: str = "default"  # group / network class that produced it
-    arm: str = "default"  # which arm / mechanism chose it (exploration, exploitation, holdback, ...)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Telemetry of one page load as the server sees it."""
-
-    completion_ms: float
-    goodput_mbps: float
-    rtt_ms: float
-    loss: float
-    bytes: int
 
 
 @dataclass
@@ -201,26 +156,3 @@ def make_policy(name: str, **params: Any) -> Policy:
     if name not in POLICIES:
         raise ParameterError(f"The 'policies' parameter must name registered policies {sorted(POLICIES)}. Got {name!r}.")
     return POLICIES[name](**params)
-
-
-@dataclass
-class _Counter:
-    """Small helper for policies: running mean with a bounded memory (PerfMemory)."""
-
-    memory: int = 0  # 0 = unbounded
-    values: list = field(default_factory=list)
-    total: float = 0.0
-    n: int = 0
-
-    def add(self, x: float) -> None:
-        self.n += 1
-        self.total += x
-        if self.memory:
-            self.values.append(x)
-            if len(self.values) > self.memory:
-                self.total -= self.values.pop(0)
-
-    @property
-    def mean(self) -> float:
-        count = min(self.n, self.memory) if self.memory else self.n
-        return self.total / count if count else float("nan")

@@ -122,6 +122,7 @@ class MABNCPolicy(KeyedLearner):
     def _init_state(self) -> None:
         super()._init_state()
         self._stats: dict[str, ArmStats] = {}
+        self._cache: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}  # key -> (greedy, weights, cumsum)
 
     def _weights(self, stats: ArmStats) -> np.ndarray:
         means = stats.means()
@@ -129,15 +130,27 @@ class MABNCPolicy(KeyedLearner):
         w = np.where(np.isnan(means), 1.0, (best / np.where(np.isnan(means), 1.0, means)) ** self.sharpness)
         return w / w.sum()
 
+    def _choice(self, key: str) -> tuple[int, np.ndarray, np.ndarray]:
+        """(greedy arm, exploration weights, their cumulative sum), recomputed only after new data."""
+        cached = self._cache.get(key)
+        if cached is None:
+            stats = self._stats.get(key)
+            if stats is None or stats.total == 0:
+                w = np.full(len(self.space), 1.0 / len(self.space))
+                cached = (self.space.default_index, w, np.cumsum(w))
+            else:
+                w = self._weights(stats)
+                cached = (stats.best(), w, np.cumsum(w))
+            self._cache[key] = cached
+        return cached
+
     def _select(self, ctx: Context) -> Decision:
         key = self.key(ctx)
         if key is None:
             return Decision(self.space.default_index, 1.0, "unknown", "default")
-        stats = self._stats.get(key)
-        greedy = self.space.default_index if stats is None or stats.total == 0 else stats.best()
-        weights = self._weights(stats) if stats is not None else np.full(len(self.space), 1.0 / len(self.space))
+        greedy, weights, cum = self._choice(key)
         if self._rng.random() < self.epsilon:
-            arm = int(self._rng.choice(len(self.space), p=weights))
+            arm = min(int(np.searchsorted(cum, self._rng.random() * cum[-1], side="right")), len(cum) - 1)
             how = "explore"
         else:
             arm, how = greedy, "exploit"
@@ -150,6 +163,11 @@ class MABNCPolicy(KeyedLearner):
             return
         stats = self._stats.setdefault(decision.group, ArmStats(len(self.space), self.perf_memory))
         stats.add(decision.config, outcome.completion_ms)
+        self._cache.pop(decision.group, None)
+
+    def _plan(self, now: float) -> None:
+        super()._plan(now)
+        self._cache.clear()  # classes may have moved
 
     def table_groups(self):
         groups = {}

@@ -13,6 +13,11 @@ exploited once BO-specific thresholds are met" -- one :class:`tailor.learn.BOSea
 Connections of a prefix the archive does not know yet (no network class) get the default
 configuration, as in Configanator's workflow (Fig. 3). The per-client variant keys on the client
 address, which is always known (as ``brute`` does). Every choice is deterministic (probability 1).
+
+``noisy_ei`` (default True) scores EI with the noisy predictive std as GPyOpt does (what the paper
+ran); False gives textbook latent EI, which on noisy PLTs stops at about ``min_samples``.
+GP refits are lazy: a key's GP is refitted at its first connection after one of its own
+observations, never otherwise (see :class:`tailor.learn.BOSearch`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ def _parameters(init_samples: int, min_samples: int, ei_threshold: float) -> dic
         "perf_memory": (0, *_int_at_least(0)),
         "classes": (8, *_int_at_least(1)),
         "max_points": (60, *_int_at_least(2)),
+        "noisy_ei": (True, lambda v: isinstance(v, bool), "True or False"),
     }
 
 
@@ -54,7 +60,8 @@ class _BOBase(KeyedLearner):
         if search is None:
             search = self._searches[key] = BOSearch(
                 self.space, self._rng, init_samples=self.init_samples, min_samples=self.min_samples,
-                ei_threshold=self.ei_threshold, perf_memory=self.perf_memory, max_points=self.max_points)
+                ei_threshold=self.ei_threshold, perf_memory=self.perf_memory, max_points=self.max_points,
+                noisy_ei=self.noisy_ei)
         return search
 
     def _select(self, ctx: Context) -> Decision:

@@ -33,6 +33,7 @@ class Tier:
     shift: Condition | None = None  # regime-shift condition (handover), entered per segment w.p. shift_p
     shift_p: float = 0.0
     spread: float = 1.0  # scales the perturbation sigmas of generate.py (0 = exact published point)
+    own_isps: bool = False  # True: the tier's clients get ISPs (ASNs, prefixes) of their own
 
 
 # ASSUMPTION [M]: device shares. Home broadband: mostly desktops plus phones on Wi-Fi; mobile in US/EU
@@ -132,7 +133,7 @@ def workshop_grid(spread: float = 0.0) -> tuple[Tier, ...]:
                 c = Condition(bw, 2.0 * delay, loss, facts.WORKSHOP_SOURCE)
                 name = f"grid-{bw:g}mbps-{loss * 100:g}pct-{delay}ms"
                 tiers.append(Tier(name, _grid_access(bw), 1.0, c, c, facts.BROADBAND_BUFFER_BDP, ("grid",),
-                                  DEVICES_DEVELOPING_MOBILE, spread=spread))
+                                  DEVICES_DEVELOPING_MOBILE, spread=spread, own_isps=spread == 0))
     return tuple(tiers)
 
 

@@ -121,8 +121,10 @@ func TestDelayAndRateOverRealTraffic(t *testing.T) {
 
 func checkRTT(t *testing.T, s probe.Summary) {
 	t.Logf("UDP RTT over 50 ms one-way: %+v", s)
-	if s.N < 20 || math.Abs(s.Avg-100) > 2 || math.Abs(s.Max-100) > 5 {
-		t.Errorf("RTT avg %.2f ms (max %.2f, n %d), want 100 ± 2", s.Avg, s.Max, s.N)
+	// The median is robust to the probe processes being descheduled
+	// (other test packages run in parallel on 2 cores).
+	if s.N < 20 || math.Abs(s.P50-100) > 2 || s.Min < 100 {
+		t.Errorf("RTT median %.2f ms (min %.2f, n %d), want 100 ± 2", s.P50, s.Min, s.N)
 	}
 }
 
@@ -184,5 +186,40 @@ func TestCLISignalCleansUp(t *testing.T) {
 	prefix := fmt.Sprintf("%s%d-", netns.Prefix, cmd.Process.Pid)
 	if left := netns.List(prefix); len(left) > 0 {
 		t.Errorf("child left namespaces: %v", left)
+	}
+}
+
+func TestCLIStandaloneLink(t *testing.T) {
+	privileged(t)
+	defer assertClean(t)
+	srv, cli := netns.Names()
+	for _, n := range []string{srv, cli} {
+		if err := netns.Add(n); err != nil {
+			t.Fatal(err)
+		}
+		defer netns.Del(n)
+	}
+	stats := t.TempDir() + "/stats.json"
+	cmd := exec.Command(os.Args[0], "--srv-ns", srv, "--cli-ns", cli, "--delay", "5",
+		"--down-rate-mbit", "20", "--duration", "1s", "--stats", stats)
+	cmd.Env = append(os.Environ(), "TL_TEST_MODE=cli")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tailor-link: %v: %s", err, out)
+	}
+	var st struct {
+		Down struct {
+			PacketsIn int64 `json:"packets_in"`
+		} `json:"down"`
+		CPU struct {
+			WallS float64 `json:"wall_s"`
+		} `json:"cpu"`
+	}
+	b, err := os.ReadFile(stats)
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil || st.CPU.WallS < 0.9 || st.CPU.WallS > 3 {
+		t.Fatalf("stats %s: %v", b, err)
 	}
 }

@@ -50,6 +50,11 @@ func Start(o Options) (*Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: eventfd: %v", ErrTUN, err)
 	}
+	// The link goroutine keeps one P busy (see epollWait); leave one for
+	// the rest of the process.
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
+	}
 	l := &Link{stopFD: stop, done: make(chan result, 1)}
 	ready := make(chan error, 1)
 	go l.thread(o, ready)

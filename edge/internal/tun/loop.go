@@ -9,8 +9,12 @@ import (
 	"github.com/tailor-project/tailor/edge/internal/link"
 )
 
-// readBatch bounds the packets read from one device per wake-up.
-const readBatch = 64
+// readBatch bounds the packets read from one device per wake-up;
+// waitMS bounds one epoll_wait (the timerfd normally wakes it first).
+const (
+	readBatch = 64
+	waitMS    = 100
+)
 
 type loop struct {
 	srv, cli, tfd, ep, stop int
@@ -72,7 +76,7 @@ func (lp *loop) run() (Stats, error) {
 		if err := lp.arm(); err != nil {
 			return lp.stats(), err
 		}
-		n, err := unix.EpollWait(lp.ep, lp.evs[:], -1)
+		n, err := epollWait(lp.ep, lp.evs[:], waitMS)
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			return lp.stats(), fmt.Errorf("%w: epoll_wait: %v", ErrTUN, err)
 		}

@@ -1,0 +1,219 @@
+"""ModelOracle: page-load and completion times from a TCP latency model (no testbed needed).
+
+A page loads level by level (discovery depth is the critical path). Within a level, every origin's
+objects go over HTTP/1.1 (up to 6 connections per origin, one response at a time per connection) or
+HTTP/2 (one connection per origin, all of the level's responses multiplexed as one flow). Connections of
+a level share the bottleneck; each connection's time comes from ``tailor.oracle.tcp``. Assumptions,
+references and calibration: ``tailor/oracle/MODEL.md``.
+
+>>> from tailor.space import ConfigSpace
+>>> oracle = ModelOracle()
+>>> space = ConfigSpace.named("core")
+>>> cell = oracle.grid.cell(bw=5, rtt=100, loss=0.0, buffer_bdp=1)
+>>> t = oracle.mode_ms([cell], "object-100KB", space)
+>>> t.shape, bool(t.min() > 0)
+((1, 60), True)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from tailor.errors import OracleError
+from tailor.oracle import tcp
+from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
+from tailor.oracle.websites import default_catalog
+from tailor.space import ConfigSpace
+
+VERSION = "model-tcp-v1"
+H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
+CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later
+RESPONSE_HEADER_BYTES = 400  # HTTP response headers added to every body
+BUFFER_FLOOR_SEGMENTS = 8.0  # even tiny-BDP links buffer a few packets (assumption, MODEL.md "Buffer")
+CLIENT_BASE_MS = 150.0  # browser floor: parse, style, layout (MODEL.md "Client processing")
+CLIENT_PER_OBJECT_MS = 3.5  # 150 + 31 * 3.5 = 258 ms: the unshaped Chromium floor was 237-290 ms
+
+# Bandwidth 0.05 .. 500 Mbit/s: 2G (0.05-0.2), 3G/FB-ATC (0.3-2), workshop grid (0.3, 1, 5), FCC+ rows
+# (3.5 .. 500), LTE (10-50), cable/fiber (100-500). RTT 5 .. 1600 ms: fiber/cable (5-30), LTE (50-100),
+# 3G (150-300), workshop delays (50-500 one way -> 100-1000 RTT), GEO (600-750), 2G (1300-1600).
+DEFAULT_GRID = ConditionGrid(
+    bw_mbps=(0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 500.0),
+    rtt_ms=(5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 150.0, 250.0, 400.0, 600.0, 800.0, 1000.0, 1600.0),
+    loss=(0.0, 0.001, 0.003, 0.01, 0.02, 0.035, 0.05, 0.08),
+    buffer_bdp=(0.5, 1.0, 4.0),
+)
+
+NOT_MODELLED = ("tcp.rto_max_ms (backoff never reaches 120 s here)", "tcp.delack_max_ms", "tcp.max_pacing_rate_bps",
+                "tcp.notsent_lowat_bytes", "tcp.nodelay", "tcp.slow_start_after_idle (gaps < RTO)",
+                "tcp.autocorking", "tcp.timestamps", "http2.* settings", "quic.*")
+
+
+class ModelOracle(Oracle):
+    """Noise-free times from mechanics (handshake, slow start, loss recovery, CC response, HTTP layout)."""
+
+    name = VERSION
+    kind = "model"
+
+    def __init__(self, grid: ConditionGrid = DEFAULT_GRID, websites: dict[str, Website] | None = None):
+        self.grid = grid
+        self.websites = dict(default_catalog() if websites is None else websites)
+
+    def mode_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
+        site = self.website(website)
+        bw, rtt, loss, q = self._path(cells)
+        stack, h2 = _stack(space)
+        out = np.empty((len(bw), len(space)))
+        for is_h2 in (False, True):
+            cols = h2 == is_h2
+            if cols.any():
+                out[:, cols] = load_ms(site, bw, rtt, loss, q, stack.take(cols), is_h2)
+        return out
+
+    def noise_theta(self, cells, website: str) -> np.ndarray:
+        bw, rtt, loss, _ = self._path(cells)
+        return noise_theta(bw[:, 0], rtt[:, 0], loss[:, 0], self.website(website).n_origins)
+
+    def describe(self) -> dict:
+        g = self.grid
+        return {
+            "name": self.name, "kind": self.kind, "version": VERSION,
+            "basis": "Cardwell-Savage-Anderson latency model (handshake, slow start, first loss by fast "
+                     "retransmit or PFTK timeout) + steady state by CC response (Reno: PFTK; CUBIC: RFC 8312 "
+                     "sec. 5; BBR: rate x (1-p)); HTTP/1.1 6 conns/origin serial, HTTP/2 1 conn/origin "
+                     "multiplexed; levels sequential; fair share of the bottleneck; see tailor/oracle/MODEL.md",
+            "grid": {"bw_mbps": g.bw_mbps, "rtt_ms": g.rtt_ms, "loss": g.loss, "buffer_bdp": g.buffer_bdp,
+                     "n_cells": g.n_cells},
+            "noise": f"observed = mode * (1 + X), X ~ Erlang(k={NOISE_SHAPE}, theta(cell, n_origins))",
+            "modelled_knobs": ["tcp.congestion_control", "tcp.initial_cwnd", "http.version", "tcp.rto_min_ms",
+                               "tcp.syn_rto_ms", "tcp.sndbuf_bytes"],
+            "not_modelled": list(NOT_MODELLED),
+            "websites": sorted(self.websites),
+        }
+
+    def _path(self, cells):
+        cells = np.asarray(cells, dtype=int).ravel()
+        if cells.size and (cells.min() < 0 or cells.max() >= self.grid.n_cells):
+            raise OracleError(f"cell indices must be in [0, {self.grid.n_cells}); got {cells.min()}..{cells.max()}")
+        return tuple(v[:, None].astype(float) for v in self.grid.values(cells))
+
+
+def _stack(space: ConfigSpace) -> tuple[tcp.Stack, np.ndarray]:
+    """Configuration columns; rejects values the model cannot interpret."""
+    def col(knob):
+        return np.array([c[knob] for c in space.configs])
+    cc = col("tcp.congestion_control")
+    unknown = set(cc) - {"cubic", "bbr", "reno"}
+    if unknown or not set(col("http.version")) <= {"1.1", "2"}:
+        raise OracleError(f"ModelOracle models cc in cubic/bbr/reno and http 1.1/2; space {space.name!r} has {unknown or 'other http'}")
+    row = lambda a: np.asarray(a, dtype=float)[None, :]  # noqa: E731
+    stack = tcp.Stack(bbr=(cc == "bbr")[None, :], reno=(cc == "reno")[None, :], iw=row(col("tcp.initial_cwnd")),
+                      rto_min=row(col("tcp.rto_min_ms")), syn_rto=row(col("tcp.syn_rto_ms")),
+                      sndbuf=row(col("tcp.sndbuf_bytes")))
+    return stack, col("http.version") == "2"
+
+
+def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> np.ndarray:
+    """Completion time of a whole workload for one HTTP version: levels in sequence, plus client time."""
+    path = _Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)  # bottleneck in segments per ms
+    delivered: dict[int, list[float]] = defaultdict(list)  # per origin: segments delivered per open conn
+    total = np.zeros(np.broadcast_shapes(bw.shape, stack.iw.shape))
+    for level in sorted({o.level for o in site.objects}):
+        plan = _plan_level(site, level, delivered, h2)
+        total = total + _level_ms(plan, path, stack)
+    if site.kind == "page":
+        total = total + CLIENT_BASE_MS + CLIENT_PER_OBJECT_MS * len(site.objects)
+    return total
+
+
+class _Path:
+    """Bottleneck of one cell column: rate (segments/ms), rtt, loss, buffer (BDPs, floored in segments)."""
+
+    def __init__(self, rate, rtt, p, q):
+        self.rate, self.rtt, self.p = rate, rtt, p
+        self.bdp = rate * rtt
+        self.buffer = np.maximum(q * self.bdp, BUFFER_FLOOR_SEGMENTS)
+        self.q = self.buffer / np.maximum(self.bdp, 1e-9)
+
+
+def _plan_level(site: Website, level: int, delivered: dict[int, list[float]], h2: bool) -> list[tuple]:
+    """Connections used in a level: (segments per response, delivered before, cold?) per connection.
+
+    HTTP/2: one connection per origin carrying the level's responses as one flow. HTTP/1.1: up to 6
+    connections per origin, responses spread largest-first over the least-loaded connection; already
+    open connections (from earlier levels) take the heaviest queues, new ones pay a handshake.
+    """
+    by_origin: dict[int, list[float]] = defaultdict(list)
+    for o in site.objects:
+        if o.level == level:
+            by_origin[o.origin].append((o.size_bytes + RESPONSE_HEADER_BYTES) / tcp.MSS)
+    plan = []
+    for origin, segs in sorted(by_origin.items()):
+        queues = [[sum(segs)]] if h2 else _spread(segs, min(H1_CONNECTIONS_PER_ORIGIN, len(segs)))
+        opened = delivered[origin]
+        for i, queue in enumerate(queues):
+            cold = i >= len(opened)
+            before = 0.0 if cold else opened[i]
+            plan.append((queue, before, cold))
+            if cold:
+                opened.append(sum(queue))
+            else:
+                opened[i] += sum(queue)
+    return plan
+
+
+def _spread(segs: list[float], n: int) -> list[list[float]]:
+    """Longest-processing-time assignment of responses to n connections, heaviest queue first."""
+    queues: list[list[float]] = [[] for _ in range(n)]
+    for s in sorted(segs, reverse=True):
+        min(queues, key=sum).append(s)
+    return sorted(queues, key=sum, reverse=True)
+
+
+def _level_ms(plan: list[tuple], path: _Path, stack: tcp.Stack) -> np.ndarray:
+    """A level ends when its slowest connection does; connections share rate by bytes, room equally."""
+    level_segs = sum(sum(queue) for queue, _, _ in plan)
+    n = len(plan)
+    worst = None
+    for queue, before, cold in plan:
+        share = _share(path, stack, sum(queue) / level_segs, 1.0 / n)
+        t = _connection_ms(queue, before, cold, share, stack)
+        worst = t if worst is None else np.maximum(worst, t)
+    return worst
+
+
+def _share(path: _Path, stack: tcp.Stack, byte_share: float, conn_share: float) -> tcp.Share:
+    """One connection's share: rate by bytes (all finish together when bandwidth-bound), capped by
+    the send buffer (sndbuf / rtt); burst room = equal share of BDP + buffer."""
+    rate = path.rate * byte_share
+    rate = np.where(stack.sndbuf > 0, np.minimum(rate, stack.sndbuf / tcp.MSS / path.rtt), rate)
+    room = (path.bdp + path.buffer) * conn_share
+    return tcp.Share(rate=rate, rtt=path.rtt, p=path.p, pipe=rate * path.rtt, room=room, q=path.q)
+
+
+def _connection_ms(queue: list[float], before: float, cold: bool, share: tcp.Share, stack: tcp.Stack):
+    """Handshake if new, then the responses one after another, the window growing across them."""
+    t = tcp.handshake_ms(share.rtt, share.p, stack) if cold else 0.0
+    iw = np.minimum(stack.iw, CLIENT_RWND_SEGMENTS)
+    iw = np.where(stack.sndbuf > 0, np.minimum(iw, np.maximum(stack.sndbuf / tcp.MSS, 1.0)), iw)
+    done = before
+    for d in queue:
+        w0 = iw if done == 0 else tcp.warm_window(iw, done, share, stack)
+        t = t + tcp.transfer_ms(d, w0, share, stack, w_ss=iw + done)
+        done += d
+    return t + tcp.overshoot_ms(before, done - before, iw, share, stack.bbr)
+
+
+def noise_theta(bw, rtt, loss, n_origins: int) -> np.ndarray:
+    """Erlang scale per cell (FACTS.md section 4): median X ~0.05-0.15 wired/LTE, ~0.2-0.4 3G/2G/lossy.
+
+    The median of Erlang(2, theta) is 1.68 theta. theta grows as bandwidth falls below 10 Mbit/s, as RTT
+    rises above 50 ms and with loss (to 5 %), and with the number of origins (Butkiewicz IMC'11: servers
+    contacted best predict PLT variability).
+    """
+    slow = np.clip(np.log(10.0 / bw) / np.log(100.0), 0.0, 1.0)
+    far = np.clip(np.log(rtt / 50.0) / np.log(20.0), 0.0, 1.0)
+    lossy = np.clip(np.asarray(loss) / 0.05, 0.0, 1.0)
+    base = 0.03 + 0.05 * slow + 0.02 * far + 0.06 * lossy
+    return np.minimum(base * (1.0 + 0.2 * np.log2(max(n_origins, 1))), 0.25)

@@ -1,0 +1,203 @@
+"""Per-connection TCP latency model, vectorized over conditions (rows) and configurations (columns).
+
+Every function takes numpy arrays that broadcast to (cells, configs): path quantities are (C, 1),
+configuration quantities (1, K). Units: time ms, sizes in segments of MSS bytes, rates in segments/ms.
+Formulas and their references are in ``MODEL.md`` (sections "Connection" and "Loss"); no function looks
+at which configuration is best, each one states a mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MSS = 1448  # bytes per segment (1500 MTU, IPv4, TCP timestamps)
+CLIENT_SYN_TIMEOUT_MS = 1000.0  # Linux TCP_TIMEOUT_INIT: the client's first SYN retransmission
+CLIENT_RTO_MIN_MS = 200.0  # an untuned client (Linux TCP_RTO_MIN)
+BBR_STARTUP_GAIN = 2.885  # 2/ln 2: BBR's startup pacing gain
+TLS_FLIGHT_SEGMENTS = 3  # server's TLS 1.3 flight (certificate chain ~4 KB)
+RTO_MAX_MS = 120000.0
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Configuration columns (1, K) that the model reads; other knobs have no modelled effect."""
+
+    bbr: np.ndarray  # bool
+    reno: np.ndarray  # bool (cubic when neither)
+    iw: np.ndarray  # initial window, segments
+    rto_min: np.ndarray  # ms
+    syn_rto: np.ndarray  # ms
+    sndbuf: np.ndarray  # bytes, 0 = autotuning (no cap)
+
+    def take(self, mask: np.ndarray) -> "Stack":
+        """The columns selected by a boolean mask over configurations."""
+        return Stack(*(a[:, mask] for a in (self.bbr, self.reno, self.iw, self.rto_min, self.syn_rto, self.sndbuf)))
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one connection gets of a path shared by ``n`` connections (arrays broadcast to (C, K)).
+
+    ``rate`` is its share of the bottleneck (segments/ms, already capped by the send buffer), ``rtt`` and
+    ``p`` the path's, ``pipe`` = rate * rtt its share of the BDP, ``room`` its equal share of BDP + buffer
+    (what absorbs a simultaneous burst), ``q`` the buffer in BDPs.
+    """
+
+    rate: np.ndarray
+    rtt: np.ndarray
+    p: np.ndarray
+    pipe: np.ndarray
+    room: np.ndarray
+    q: np.ndarray
+
+
+def rto_ms(rtt, rto_min):
+    """Linux RTO: srtt + rttvar with rttvar floored at rto_min (tcp_set_rto); rttvar ~ rtt early on."""
+    return np.minimum(rtt + np.maximum(rto_min, rtt), RTO_MAX_MS)
+
+
+def timeout_ms(rto, p):
+    """Expected duration of a timeout sequence with exponential backoff (PFTK / Cardwell: T0 f(p)/(1-p))."""
+    f = 1 + p + 2 * p**2 + 4 * p**3 + 8 * p**4 + 16 * p**5 + 32 * p**6
+    return rto * f / (1 - p)
+
+
+def timeout_probability(w, p):
+    """PFTK Q(w): probability that a loss in a window of w segments is detected by timeout, not 3 dupacks."""
+    p = np.maximum(p, 1e-12)
+    w = np.maximum(w, 1.0)
+    a = -np.expm1(3 * np.log1p(-p))  # 1 - (1-p)^3
+    b = np.exp(3 * np.log1p(-p)) * -np.expm1((w - 3) * np.log1p(-p))  # (1-p)^3 (1 - (1-p)^(w-3))
+    return np.minimum(1.0, a * (1 + b) / -np.expm1(w * np.log1p(-p)))
+
+
+def loss_prob(n, p):
+    """Probability that at least one of n segments is lost: 1 - (1-p)^n."""
+    return -np.expm1(n * np.log1p(-p))
+
+
+def cc_window(p, rtt, reno):
+    """Average congestion window under random loss p (segments); inf at p = 0.
+
+    Reno: sqrt(3/(2p)) (Mathis/PFTK, b = 1: Linux counts acked segments). CUBIC: RFC 8312 section 5,
+    max of the cubic average (C(3+beta)/(4(1-beta)))^(1/4) rtt_s^(3/4) / p^(3/4) and the Reno-friendly one.
+    """
+    p = np.maximum(p, 1e-12)
+    w_reno = np.sqrt(1.5 / p)
+    c, beta = 0.4, 0.7
+    w_cubic = (c * (3 + beta) / (4 * (1 - beta))) ** 0.25 * (rtt / 1000.0) ** 0.75 / p**0.75
+    return np.where(reno, w_reno, np.maximum(w_cubic, w_reno))
+
+
+def cc_rate(p, rtt, rto, reno):
+    """Loss-based steady-state rate (segments/ms): PFTK's denominator with the CC's average window."""
+    w = cc_window(p, rtt, reno)
+    to = rto * np.minimum(1.0, 3 * np.sqrt(3 * p / 8)) * p * (1 + 32 * p**2)
+    return 1.0 / (rtt / w + to)
+
+
+def handshake_ms(rtt, p, stack: Stack):
+    """TCP (1 RTT) + TLS 1.3 (1 RTT) and the expected cost of losing their packets.
+
+    A lost SYN waits for the client's 1 s timer; a lost SYN-ACK waits for the server's syn_rto (or the
+    client's SYN retransmit at 1 s, whichever is first); a lost ClientHello costs a client RTO; a loss in
+    the server's TLS flight (3 segments, too few for 3 dupacks) costs a server timeout.
+    """
+    syn = p * CLIENT_SYN_TIMEOUT_MS + p * (1 - p) * np.minimum(stack.syn_rto, CLIENT_SYN_TIMEOUT_MS)
+    hello = p * timeout_ms(rto_ms(rtt, CLIENT_RTO_MIN_MS), p)
+    flight = loss_prob(TLS_FLIGHT_SEGMENTS, p) * timeout_ms(rto_ms(rtt, stack.rto_min), p)
+    return 2 * rtt + syn + hello + flight
+
+
+def window_limited_ms(d, w0, rate, rtt):
+    """Lossless time from request to last byte: RTT + d/rate + idle gaps of window-limited rounds.
+
+    The window doubles per round (slow start, ACK per segment: measured [4, 8, 16, 32] on this machine)
+    from w0 until it covers the pipe rate*rtt; each round before that leaves the pipe idle for
+    rtt - w_i/rate. Rounds are continuous (expected over header/size jitter), so time is smooth.
+    """
+    rounds = np.log2(d / w0 + 1.0)  # rounds needed if the window never reached the pipe
+    to_pipe = np.log2(np.maximum(rate * rtt / w0, 1.0))  # rounds before the window covers the pipe
+    gaps = np.maximum(np.minimum(rounds - 1.0, to_pipe), 0.0)
+    sent_in_gaps = w0 * (np.exp2(gaps) - 1.0)
+    return rtt + d / rate + gaps * rtt - sent_in_gaps / rate
+
+
+def burst_loss_ms(d, w0, sh: Share, bbr):
+    """Initial burst larger than the connection's share of BDP + buffer: the excess is dropped.
+
+    Losses at the tail of a burst are found by SACK/RACK after about one RTT while the pipe drains;
+    cost rtt * (lost / burst) (at most one RTT). BBR paces its first window over rtt/2.89, so the
+    bottleneck drains pipe/2.89 of it meanwhile.
+    """
+    burst = np.minimum(w0, d)
+    room = sh.room + np.where(bbr, sh.pipe / BBR_STARTUP_GAIN, 0.0)
+    return sh.rtt * np.maximum(burst - room, 0.0) / burst
+
+
+def overshoot_ms(before, d, iw, sh: Share, bbr):
+    """Slow start that outgrows BDP + buffer loses a window tail; the pipe idles if the buffer < 1 BDP.
+
+    Charged per level on each connection: the ramp (one window past the point where a window grown from
+    ``iw`` reaches the cap, over the connection's delivered segments ``before + d``) times the level's
+    share of a window, d / cap (a connection already at the cap overflows again when it sends another
+    window: the loss-based sawtooth). Loss-based: idle rtt * (1 - q) during recovery, unless a random loss ended
+    slow start first (probability 1 - (1-p)^segments; that loss is charged by ``transfer_ms`` and costs
+    at least one RTT). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
+    BDP it loses packets too but keeps its rate, so it pays half as much, scaled by (1.5 - q)/1.5.
+    """
+    cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
+    to_cap = np.maximum(cap - iw, 0.0)
+    crossed = np.clip((before + d - to_cap) / cap, 0.0, 1.0) * np.minimum(d / cap, 1.0)
+    survive = 1.0 - loss_prob(np.minimum(to_cap + cap, before + d), sh.p)
+    loss_based = np.maximum(1.0 - sh.q, 0.0) * survive
+    bbr_cost = 0.5 * np.clip((1.5 - sh.q) / 1.5, 0.0, 1.0)
+    return crossed * sh.rtt * np.where(bbr, bbr_cost, loss_based)
+
+
+def pacing_ms(d, w0, sh: Share, bbr):
+    """BBR spreads a window-limited final flight over rtt/2.89 (measured: iw32 paced over 24 ms)."""
+    last = np.minimum(np.minimum(d, np.maximum(w0, (d + w0) / 2)), sh.pipe)
+    return np.where(bbr, np.maximum(sh.rtt / BBR_STARTUP_GAIN - last / sh.rate, 0.0), 0.0)
+
+
+def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None):
+    """Request to last byte of d segments on an open connection whose window is w0 (Cardwell-style).
+
+    Loss-based CC: slow start until the first random loss (Cardwell's expected d_ss); that loss costs a
+    fast retransmit (1 RTT) or a timeout (PFTK Q at the slow-start window ``w_ss``, default w0); the rest
+    flows at the CC's steady-state rate (PFTK response with the CC's average window). BBR does not cut its
+    rate on random loss: it delivers rate * (1 - p), pays the same first-loss recovery, and later losses
+    that no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd).
+    """
+    p, rtt = sh.p, sh.rtt
+    w_ss = np.minimum(w0 if w_ss is None else w_ss, d)  # in flight: no more than the response
+    rto = rto_ms(rtt, stack.rto_min)
+    goodput = sh.rate * (1 - p)
+    pp = np.maximum(p, 1e-12)  # Cardwell's E[d_ss] -> d as p -> 0
+    first_loss_at = np.minimum(d, loss_prob(d, pp) * (1 - pp) / pp + 1)
+    d_ss = np.where(stack.bbr, d, first_loss_at)
+    q_first = timeout_probability((first_loss_at + w_ss) / 2, p)
+    first = loss_prob(d, p) * (q_first * timeout_ms(rto, p) + (1 - q_first) * rtt)
+    q_later = timeout_probability(np.minimum(np.maximum(w_ss, 2 * sh.pipe + 4), d), p)  # BBR cwnd: 2 BDP + quanta
+    later = np.where(stack.bbr, np.maximum(d * p - 1, 0) * q_later * 2 * rtt, 0.0)
+    steady = np.minimum(goodput, cc_rate(p, rtt, rto, stack.reno))
+    ca = (d - d_ss) / steady
+    lossless = window_limited_ms(d_ss, w0, goodput, rtt)
+    extra = burst_loss_ms(d, w0, sh, stack.bbr) + pacing_ms(d, w0, sh, stack.bbr)
+    return lossless + first + later + ca + extra
+
+
+def warm_window(w0, delivered, sh: Share, stack: Stack):
+    """Window at the start of a later response on the same connection (no idle restart: gaps < RTO).
+
+    Slow start grows the window by one segment per acked segment. A response starts with a burst of the
+    whole window, so the window kept is capped at what the path absorbs (this connection's share of
+    BDP + buffer: larger windows were cut by the burst or overshoot losses already charged) and, for
+    loss-based CC, at its average window under random loss.
+    """
+    loss_based = np.minimum(np.minimum(sh.pipe * (1 + sh.q), sh.room), cc_window(sh.p, sh.rtt, stack.reno))
+    cap = np.where(stack.bbr, np.minimum(2 * sh.pipe, sh.room + sh.pipe / BBR_STARTUP_GAIN), loss_based)
+    return np.minimum(w0 + delivered, np.maximum(cap, 1.0))

@@ -11,8 +11,8 @@ exploited once BO-specific thresholds are met" -- one :class:`tailor.learn.BOSea
   used a quasi-random sequence), stop once EI < 10% of the best and at least N=6 samples were tried.
 
 Connections of a prefix the archive does not know yet (no network class) get the default
-configuration, as in Configanator's workflow (Fig. 3). The per-client variant keys on the client
-address, which is always known (as ``brute`` does). Every choice is deterministic (probability 1).
+configuration, as in Configanator's workflow (Fig. 3), at every granularity (per-client too, as
+the policy contract requires). Every choice is deterministic (probability 1).
 
 ``noisy_ei`` (default True) scores EI with the noisy predictive std as GPyOpt does (what the paper
 ran); False gives textbook latent EI, which on noisy PLTs stops at about ``min_samples``.
@@ -77,9 +77,10 @@ class _BOBase(KeyedLearner):
             return
         self._search(decision.group).observe(decision.config, outcome.completion_ms)
 
-    def table_groups(self):
+    def table_groups(self) -> dict[str, dict[int, float]]:
+        """Each key's current choice (no GP work: a stale key publishes its cached suggestion)."""
         groups = {key: {search.peek(): 1.0} for key, search in self._searches.items()}
-        return {"default": {self.space.default_index: 1.0}, **groups}, {}
+        return {"default": {self.space.default_index: 1.0}, **groups}
 
     def fit_stats(self) -> dict[str, float]:
         """GP work so far: fits, hyper-parameter optimisations, seconds, stopped keys (for reports)."""

@@ -7,4 +7,4 @@ __all__ = ["POLICIES", "Context", "Decision", "Outcome", "Policy", "PolicyEnv", 
            "register"]
 
 # register the built-in policies
-from tailor.policies import baselines  # noqa: E402,F401
+from tailor.policies import baselines, bo  # noqa: E402,F401

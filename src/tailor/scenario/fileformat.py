@@ -23,7 +23,7 @@ from tailor.scenario.model import ClientInfo, ConditionSeries, Scenario, Session
 from tailor.scenario.syntax import SCHEMA, Bad
 
 MAX_PROBLEMS = 20
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def load_scenario(path_or_name, *, n_sessions: int | None = None, seed: int = 0, websites=None) -> Scenario:

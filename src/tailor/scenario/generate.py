@@ -34,7 +34,7 @@ BUILTIN_SCENARIOS = ("default", "mixed-global", "broadband-us", "cellular", "sat
                      "workshop-grid")
 # Placeholder workloads for when no oracle is at hand; callers normally pass the oracle's website names.
 DEFAULT_WEBSITES = ("page-light-1", "page-medium-1", "page-heavy-1", "object-10KB", "object-1MB")
-TRACE_DIR = Path(__file__).resolve().parents[2] / "data" / "traces"
+TRACE_DIR = Path(__file__).resolve().parents[3] / "data" / "traces"
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def _segment_value(rng, client: Client, abs_s: float, start_hour: float) -> tupl
         base = tier.shift
     noise = lognormal_factor(rng, Spreads().segment, tier.spread)
     bw, rtt, loss = np.array([base.bw_mbps, base.rtt_ms, base.loss]) * client.factor * noise
-    return bw, rtt, loss
+    return min(bw, tier.bw_cap_mbps or np.inf), rtt, loss
 
 
 def _trace_bandwidth(rng, tier: Tier, n: int, chunk_s: float) -> np.ndarray:

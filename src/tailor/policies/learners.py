@@ -61,6 +61,8 @@ class KeyedLearner(Policy):
         self._classes = NetworkClasses(k=self.classes, seed=self.seed) if self.granularity == "nc" else None
 
     def key(self, ctx: Context) -> str | None:
+        if ctx.history is None:
+            return None
         if self._classes is None:
             return f"{ctx.client.client_id}|{ctx.website}"
         cls = self._classes.classify(ctx)

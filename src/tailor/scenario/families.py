@@ -34,6 +34,7 @@ class Tier:
     shift_p: float = 0.0
     spread: float = 1.0  # scales the perturbation sigmas of generate.py (0 = exact published point)
     own_isps: bool = False  # True: the tier's clients get ISPs (ASNs, prefixes) of their own
+    bw_cap_mbps: float | None = None  # a subscribed speed tier caps the perturbed bandwidth
 
 
 # ASSUMPTION [M]: device shares. Home broadband: mostly desktops plus phones on Wi-Fi; mobile in US/EU
@@ -60,13 +61,17 @@ def _with_loss(c: Condition, loss: float) -> Condition:
     return replace(c, loss=loss, source=c.source + f"; loss {loss:.2%} assumed (see families.py)")
 
 
+# ASSUMPTION [M]: FCC MBA reports find most ISPs deliver about 100-120% of the advertised speed.
+TIER_HEADROOM = 1.2
+
+
 def broadband_us() -> tuple[Tier, ...]:
     """FCC+ DSL/cable/fiber tiers. ASSUMPTION [M]: technology shares cable 60%, DSL 20%, fiber 20%."""
     shares = {("dsl", 10): 0.10, ("dsl", 25): 0.10, ("cable", 50): 0.30, ("cable", 100): 0.30,
               ("fiber", 100): 0.12, ("fiber", 500): 0.08}
     return tuple(
         Tier(f"{acc}-{tier}", acc, w, facts.fcc_plus(acc, tier, "offpeak"), facts.fcc_plus(acc, tier, "peak"),
-             facts.BROADBAND_BUFFER_BDP, US_REGIONS, DEVICES_HOME)
+             facts.BROADBAND_BUFFER_BDP, US_REGIONS, DEVICES_HOME, bw_cap_mbps=TIER_HEADROOM * tier)
         for (acc, tier), w in shares.items())
 
 

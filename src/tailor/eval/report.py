@@ -15,11 +15,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tailor.eval import metrics  # noqa: E402
+from tailor.eval.sections import extra_sections  # noqa: E402
 
 COLUMNS = [("policy", "policy", "{}"), ("pageloads", "page loads", "{:,}"), ("p5", "p5", "{:+.1%}"),
            ("p25", "p25", "{:+.1%}"), ("p50", "median", "{:+.1%}"), ("p75", "p75", "{:+.1%}"), ("p95", "p95", "{:+.1%}"),
            ("p95_plt_improvement", "p95 PLT improvement", "{:+.1%}"), ("degraded_share", "degraded >5%", "{:.1%}"),
            ("median_gap_to_optimal", "median gap to optimal", "{:.1%}"), ("conn_per_s", "sim conn/s", "{:,.0f}")]
+
+
+def png(fig) -> str:
+    """A matplotlib figure as a data: URL (closes the figure)."""
+    return _png(fig)
 
 
 def _png(fig) -> str:
@@ -94,6 +100,7 @@ def render(ev, meta: dict, out: Path) -> Path:
     plots = [("Improvement over default", plot_boxes(ev)), ("Convergence", plot_convergence(ev)),
              ("Degradation breakdown", plot_degradation(ev)), ("By access type", plot_access(ev))]
     figs = "".join(f"<h2>{t}</h2><img src='{src}' alt='{t}'>" for t, src in plots)
+    figs += "".join(f"<h2>{html.escape(t)}</h2>{body}" for t, body in extra_sections(ev))
     oracle = meta["oracle"]
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Tailor evaluation: {html.escape(meta['scenario']['name'])}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse;font-size:13px}}

@@ -1,4 +1,11 @@
-"""Policies: every learner and baseline behind one select/observe/plan interface."""
+"""Policies: every learner and baseline behind one select/observe/plan interface.
+
+Every module of this package is imported here, so a policy registers itself (``@register``) by
+merely living in ``tailor/policies/``.
+"""
+
+import importlib
+import pkgutil
 
 from tailor.policies.base import (POLICIES, Context, Decision, Outcome, Policy, PolicyEnv, PrefixHistory,
                                   make_policy, register)
@@ -6,5 +13,5 @@ from tailor.policies.base import (POLICIES, Context, Decision, Outcome, Policy, 
 __all__ = ["POLICIES", "Context", "Decision", "Outcome", "Policy", "PolicyEnv", "PrefixHistory", "make_policy",
            "register"]
 
-# register the built-in policies
-from tailor.policies import baselines, bo  # noqa: E402,F401
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    importlib.import_module(f"{__name__}.{_module}")

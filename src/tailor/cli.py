@@ -18,6 +18,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--policies", default=None, help="comma list (default: every baseline)")
     ev.add_argument("--sessions", type=int, default=None, help="number of sessions (default: the scenario's own)")
     ev.add_argument("--seed", type=int, default=0, help="seed of the world and of every policy (default 0)")
+    ev.add_argument("--repeat", type=_positive, default=1,
+                    help="run seeds S..S+R-1 and report mean and 95%% CI over seeds (default 1)")
     ev.add_argument("--out", default=None, help="output directory (default: out/evaluate-<scenario>-s<seed>)")
     ev.add_argument("--json", action="store_true", help="print one JSON object per policy (JSON lines) instead of a table")
     ev.add_argument("--space", default="core", help="named configuration space of spec/knobs.json (default core)")
@@ -36,6 +38,13 @@ def _build_parser() -> argparse.ArgumentParser:
     tb = sub.add_parser("table", help="validate a decision table file")
     tb.add_argument("path")
     return p
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:

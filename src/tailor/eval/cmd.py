@@ -6,9 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from scipy import stats
 
 from tailor.eval.report import COLUMNS, render
 from tailor.eval.run import BASELINES, evaluate, write_results
@@ -19,37 +21,73 @@ from tailor.sim import SimConfig
 
 def run_evaluate(args, argv) -> int:
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(BASELINES)
-    config = SimConfig(space=args.space, allowed=args.allowed, update_freq_s=args.update_freq,
-                       update_latency_s=args.update_latency, mode=args.mode, seed=args.seed)
     oracle = default_oracle()
-    scenario = load_scenario(args.scenario, n_sessions=args.sessions, seed=args.seed, websites=sorted(oracle.websites))
-    overrides = {} if args.perf_memory is None else {"perf_memory": args.perf_memory}
+    seeds = [args.seed + k for k in range(args.repeat)]
+    root = Path(args.out or f"out/evaluate-{Path(str(args.scenario)).stem}-s{args.seed}")
     err = Console(stderr=True)
+    runs, reports = [], []
     with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False, disable=not err.is_terminal and args.json) as bar:
         def progress(name, total):
             task = bar.add_task(name, total=total)
             return lambda i: bar.update(task, completed=i + 1 if i + 500 < total else total)
 
-        err.print(f"scenario {scenario.name}: {len(scenario.sessions)} sessions, {scenario.n_loads} page loads; "
-                  f"oracle {oracle.name}; space {config.space} ({args.allowed or 'all allowed'})")
-        ev = evaluate(scenario, oracle, policies, config, overrides, progress)
-    out = Path(args.out or f"out/evaluate-{Path(str(args.scenario)).stem}-s{args.seed}")
-    meta = write_results(ev, out, argv)
-    report = None if args.no_report else render(ev, meta, out)
+        for seed in seeds:
+            ev = _evaluate_seed(args, seed, oracle, policies, progress, err)
+            out = root if len(seeds) == 1 else root / f"seed-{seed}"
+            meta = write_results(ev, out, argv)
+            reports.append(None if args.no_report else render(ev, meta, out))
+            runs.append(ev.summaries)
+    summaries = runs[0] if len(runs) == 1 else aggregate(runs)
+    if len(runs) > 1:
+        (root / "summary.json").write_text(json.dumps(summaries, indent=2))
     if args.json:
-        for s in ev.summaries:
+        for s in summaries:
             print(json.dumps(s))
     else:
-        _print_table(ev.summaries)
-        print(f"results: {out / 'results.parquet'}" + (f"\nreport:  {report}" if report else ""))
+        _print_table(summaries, len(runs))
+        print(f"results: {root}" + "".join(f"\nreport:  {r}" for r in reports if r))
     return 0
 
 
-def _print_table(summaries: list[dict]) -> None:
-    table = Table(title="Improvement over default (per page load) and distance to optimal")
-    for _, title, _ in COLUMNS:
-        table.add_column(title, justify="right")
+def _evaluate_seed(args, seed, oracle, policies, progress, err):
+    config = SimConfig(space=args.space, allowed=args.allowed, update_freq_s=args.update_freq,
+                       update_latency_s=args.update_latency, mode=args.mode, seed=seed)
+    scenario = load_scenario(args.scenario, n_sessions=args.sessions, seed=seed, websites=sorted(oracle.websites))
+    overrides = {} if args.perf_memory is None else {"perf_memory": args.perf_memory}
+    err.print(f"seed {seed}: scenario {scenario.name}: {len(scenario.sessions)} sessions, {scenario.n_loads} page loads; "
+              f"oracle {oracle.name}; space {config.space} ({args.allowed or 'all allowed'})")
+    return evaluate(scenario, oracle, policies, config, overrides, progress)
+
+
+def aggregate(runs: list[list[dict]]) -> list[dict]:
+    """Mean over seeds per policy, with a 95% t-interval half-width ``<metric>_ci95`` for each metric."""
+    out = []
+    for rows in zip(*runs):
+        agg = {"policy": rows[0]["policy"], "seeds": len(rows)}
+        for key, value in rows[0].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                vals = np.array([r[key] for r in rows], dtype=float)
+                agg[key] = float(vals.mean())
+                half = stats.t.ppf(0.975, len(vals) - 1) * vals.std(ddof=1) / np.sqrt(len(vals))
+                agg[f"{key}_ci95"] = float(half)
+        out.append(agg)
+    return out
+
+
+def _print_table(summaries: list[dict], n_seeds: int = 1) -> None:
+    title = "Improvement over default (per page load) and distance to optimal"
+    table = Table(title=title + (f": mean ± 95% CI over {n_seeds} seeds" if n_seeds > 1 else ""))
+    for _, name, _ in COLUMNS:
+        table.add_column(name, justify="right")
     for s in summaries:
-        table.add_row(*(fmt.format(s[k]) for k, _, fmt in COLUMNS))
+        table.add_row(*(_cell(s, k, fmt) for k, _, fmt in COLUMNS))
     Console(file=sys.stdout, width=200).print(table)
+
+
+def _cell(summary: dict, key: str, fmt: str) -> str:
+    text = fmt.format(summary[key])
+    half = summary.get(f"{key}_ci95")
+    if half is None or key in ("pageloads", "conn_per_s"):
+        return text
+    return f"{text} ± {fmt.replace('+', '').format(half)}"

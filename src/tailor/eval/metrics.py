@@ -66,8 +66,8 @@ def convergence(rec: dict, max_iter: int = 500, bins: int = 50) -> tuple[np.ndar
 def degradation_breakdown(rec: dict) -> dict:
     """Share of page loads degraded > 5% vs default, split by cause (Configanator Fig. 28):
     exploration (an exploring arm chose it), stale class (the choice is optimal for the condition the
-    archive reported, not the true one), stuck (exploitation of a sub-optimal configuration),
-    noise-free-equal (degraded only by ... never: same noise draw), default (unknown prefix)."""
+    archive reported, not the true one), stuck (exploitation of a sub-optimal configuration). Noise alone
+    never degrades a page load: policy and default share the page load's noise draw."""
     imp = improvement(rec)
     bad = imp < -DEGRADED
     arms = rec["arm"]

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 from tailor.eval import metrics  # noqa: E402
 from tailor.eval.sections import extra_sections  # noqa: E402
 
-COLUMNS = [("policy", "policy", "{}"), ("pageloads", "page loads", "{:,}"), ("p5", "p5", "{:+.1%}"),
+COLUMNS = [("policy", "policy", "{}"), ("pageloads", "page loads", "{:,.0f}"), ("p5", "p5", "{:+.1%}"),
            ("p25", "p25", "{:+.1%}"), ("p50", "median", "{:+.1%}"), ("p75", "p75", "{:+.1%}"), ("p95", "p95", "{:+.1%}"),
            ("p95_plt_improvement", "p95 PLT improvement", "{:+.1%}"), ("degraded_share", "degraded >5%", "{:.1%}"),
            ("median_gap_to_optimal", "median gap to optimal", "{:.1%}"), ("conn_per_s", "sim conn/s", "{:,.0f}")]

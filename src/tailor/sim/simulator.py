@@ -65,6 +65,7 @@ class World:
     histories: list  # PrefixHistory or None per page load
     sessions: tuple
     tensor: PLTTensor
+    bytes: np.ndarray = field(default=None)  # total response bytes per website index
     mode_default: np.ndarray = field(default=None)
     mode_optimal: np.ndarray = field(default=None)
     theta: np.ndarray = field(default=None)
@@ -103,6 +104,7 @@ class Simulator:
             handshake_rtt_ms=rtt * rng.uniform(1.0, 1.1, n), noise=rng.gamma(NOISE_SHAPE, 1.0, n),
             goodput_est=bw * rng.uniform(0.7, 1.0, n), loss_est=loss * rng.uniform(0.5, 1.5, n),
             histories=[None] * n, sessions=sessions, tensor=tensor)
+        world.bytes = np.array([self.oracle.website(n).total_bytes for n in tensor.site_names])
         self._replay_archive(world, buf)
         self._fill_truth(world)
         return world
@@ -200,7 +202,7 @@ class _Loop:
         mode = w.tensor.mode(int(w.cell[i]), int(w.site[i]))[d.config]
         observed = mode * (1.0 + w.theta[i] * w.noise[i])
         out = Outcome(observed, float(w.goodput_est[i]), float(w.handshake_rtt_ms[i]), float(w.loss_est[i]),
-                      0)
+                      int(w.bytes[w.site[i]]))
         self.config[i], self.prob[i], self.group[i], self.arm[i], self.mode[i] = d.config, d.probability, d.group, d.arm, mode
         self.pending.append((t + sim.config.update_latency_s, ctx, d, out))
 

@@ -1,0 +1,41 @@
+"""The command-line contract scripts rely on (README: `tailor evaluate ... --json`)."""
+
+import json
+
+import pytest
+
+from tailor.cli import main
+
+KEYS = {"policy", "pageloads", "p5", "p25", "p50", "p75", "p95", "p95_plt_improvement", "degraded_share",
+        "median_gap_to_optimal"}
+
+
+def test_evaluate_json_one_object_per_policy(tmp_path, capsys):
+    rc = main(["evaluate", "--policies", "default,random", "--sessions", "25", "--json", "--out", str(tmp_path)])
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["policy"] for r in rows] == ["default", "random"] and all(KEYS <= set(r) for r in rows)
+    assert rows[0]["p50"] == 0.0
+    for name in ("report.html", "results.parquet", "metadata.json", "summary.json", "tables/random.json"):
+        assert (tmp_path / name).is_file(), name
+
+
+def test_evaluate_repeat_reports_mean_and_ci(tmp_path, capsys):
+    rc = main(["evaluate", "--policies", "default,random", "--sessions", "20", "--repeat", "2", "--json", "--no-report",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert all(r["seeds"] == 2 and "p50_ci95" in r for r in rows)
+    assert (tmp_path / "seed-0" / "results.parquet").is_file() and (tmp_path / "seed-1" / "results.parquet").is_file()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["evaluate", "--policies", "nope"], "registered policies"),
+    (["evaluate", "--space", "nope"], "'name' parameter of ConfigSpace"),
+    (["evaluate", "--allowed", "NoSuchThing"], "'allowed' parameter"),
+    (["evaluate", "--scenario", "/nonexistent/file.scn"], "nonexistent"),
+])
+def test_bad_input_is_one_clear_error(argv, needle, capsys, tmp_path):
+    assert main(argv + ["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("tailor: error:") and needle in err[-1]

@@ -3,3 +3,5 @@ module github.com/tailor-project/tailor/edge
 go 1.26.0
 
 require golang.org/x/sys v0.49.0
+
+require github.com/cilium/ebpf v0.22.0 // indirect

@@ -1,0 +1,110 @@
+// Command tailor-agent applies a Tailor decision table per TCP connection
+// with a cgroup sock_ops program and reports one telemetry record per
+// connection. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tailor-project/tailor/edge/internal/agent"
+	"github.com/tailor-project/tailor/edge/internal/knobs"
+	"github.com/tailor-project/tailor/edge/internal/rules"
+)
+
+const usage = `usage:
+  tailor-agent run [--table FILE|URL] [--telemetry-out FILE|- | --telemetry-url URL] [--cgroup PATH]
+                   [--pin DIR] [--full-address] [--poll DUR] [-- server command...]
+  tailor-agent check TABLE        validate and compile a table, print what the TCP layer applies
+  tailor-agent cleanup --pin DIR [--cgroup PATH]
+  tailor-agent bench lpm|conn [flags]   (see bench/agent/run.sh)
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = runCmd(os.Args[2:])
+	case "check":
+		err = checkCmd(os.Args[2:])
+	case "cleanup":
+		err = cleanupCmd(os.Args[2:])
+	case "bench":
+		err = benchCmd(os.Args[2:])
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "tailor-agent: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func runCmd(args []string) error {
+	var cfg agent.Config
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	fs.StringVar(&cfg.Table, "table", "", "decision table file or http(s) URL (polled with If-None-Match)")
+	fs.DurationVar(&cfg.Poll, "poll", 5*time.Second, "table poll interval")
+	fs.StringVar(&cfg.TelemetryOut, "telemetry-out", "", "JSON-lines telemetry file, - for stdout")
+	fs.StringVar(&cfg.TelemetryURL, "telemetry-url", "", "manager URL for batched POSTs (bearer token from $TAILOR_TOKEN)")
+	fs.StringVar(&cfg.Cgroup, "cgroup", "", "cgroup v2 path to attach to (default: create one for this run)")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup/unified", "cgroup v2 mount")
+	fs.StringVar(&cfg.Pin, "pin", "", "private bpffs dir: pin maps and link so a restart keeps tuning")
+	fs.BoolVar(&cfg.FullAddress, "full-address", false, "report full client addresses instead of /24 or /64")
+	fs.StringVar(&cfg.Source, "source", "", "instance id in telemetry (default agent-<hostname>)")
+	fs.BoolVar(&cfg.NoTrackRate, "no-track-rate", false, "do not track the max delivery rate (RTT_CB)")
+	_ = fs.Parse(args)
+	if cfg.TelemetryOut != "" && cfg.TelemetryURL != "" {
+		return errors.New("use one of --telemetry-out and --telemetry-url")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return agent.Run(ctx, cfg, fs.Args())
+}
+
+func checkCmd(args []string) error {
+	if len(args) != 1 {
+		return errors.New("check needs one table file")
+	}
+	data, err := os.ReadFile(args[0])
+	if err != nil {
+		return err
+	}
+	reg, err := knobs.Default()
+	if err != nil {
+		return err
+	}
+	t, err := rules.Parse(data, reg)
+	if err != nil {
+		return err
+	}
+	c, err := rules.Compile(t, reg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("table version %d: %d configs, %d groups, %d TCP-layer prefixes, holdback %.3f\n",
+		c.Version, len(c.Configs), len(c.Groups), len(c.Prefixes), c.Holdback)
+	for _, why := range c.Ignored {
+		fmt.Println("ignored at the TCP layer:", why)
+	}
+	return nil
+}
+
+func cleanupCmd(args []string) error {
+	fs := flag.NewFlagSet("cleanup", flag.ExitOnError)
+	pin := fs.String("pin", "", "bpffs dir given to run --pin")
+	cg := fs.String("cgroup", "", "cgroup to remove (must be empty)")
+	_ = fs.Parse(args)
+	return agent.Cleanup(*pin, *cg)
+}

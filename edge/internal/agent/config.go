@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"io"
+	"os"
+	"time"
+)
+
+// Config is everything tailor-agent run takes.
+type Config struct {
+	// Table is a decision-table file path or http(s) URL. Default "": nothing
+	// is tuned until a table is installed (or the pinned maps hold one).
+	Table string
+	// Poll is how often the table source is re-read. Default 5s.
+	Poll time.Duration
+	// TelemetryOut is a file for JSON-line batches, "-" for stdout. Default "" (off).
+	TelemetryOut string
+	// TelemetryURL is a manager endpoint for batched POSTs. Default "" (off).
+	TelemetryURL string
+	// Token is the bearer token for TelemetryURL. Default: $TAILOR_TOKEN.
+	Token string
+	// TelemetryLimit bounds the HTTP buffer in records. Default 50000.
+	TelemetryLimit int
+	// Source is the agent instance id in telemetry. Default "agent-<hostname>".
+	Source string
+	// FullAddress reports client_addr and a full-length client_prefix.
+	// Default false: client_prefix is the /24 (IPv4) or /64 (IPv6).
+	FullAddress bool
+	// CgroupRoot is the cgroup v2 mount. Default /sys/fs/cgroup/unified.
+	CgroupRoot string
+	// Cgroup is the cgroup to attach to (absolute, or relative to CgroupRoot).
+	// Default "": create CgroupRoot/tailor-agent-<pid> and remove it on exit.
+	Cgroup string
+	// Pin is a directory for a private bpffs holding the maps and the link,
+	// so a restarted agent keeps tuning. Default "" (no pinning).
+	Pin string
+	// FlushEvery is the ring-buffer reader deadline and sink flush period. Default 100ms.
+	FlushEvery time.Duration
+	// WakeBytes forces a reader wake-up once this much is queued. Default 65536.
+	WakeBytes uint32
+	// TrackRate enables RTT_CB for the maximum delivery rate. Default true (via NoTrackRate=false).
+	NoTrackRate bool
+	// CostHist records per-callback cost histograms (benchmarks). Default false.
+	CostHist bool
+	// NoTelemetry disables the close-time events entirely. Default false.
+	NoTelemetry bool
+	// Log receives human-readable status lines. Default os.Stderr.
+	Log io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Poll <= 0 {
+		c.Poll = 5 * time.Second
+	}
+	if c.Token == "" {
+		c.Token = os.Getenv("TAILOR_TOKEN")
+	}
+	if c.Source == "" {
+		host, _ := os.Hostname()
+		c.Source = "agent-" + host
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = "/sys/fs/cgroup/unified"
+	}
+	if c.FlushEvery <= 0 {
+		c.FlushEvery = 100 * time.Millisecond
+	}
+	if c.WakeBytes == 0 {
+		c.WakeBytes = 65536
+	}
+	if c.Log == nil {
+		c.Log = os.Stderr
+	}
+}

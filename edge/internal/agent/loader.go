@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/tailor-project/tailor/edge/internal/bpf"
+	"github.com/tailor-project/tailor/edge/internal/knobs"
+	"github.com/tailor-project/tailor/edge/internal/rules"
+)
+
+// linkPin is the pinned cgroup link's name inside Config.Pin.
+const linkPin = "link"
+
+// Agent is a loaded, attached sock_ops program and its table state.
+type Agent struct {
+	cfg       Config
+	reg       *knobs.Registry
+	objs      bpf.SockopsObjects
+	inner     *ebpf.MapSpec // spec of one generation's LPM trie
+	link      link.Link
+	reader    *ringbuf.Reader
+	cgroup    *cgroup
+	hz        int
+	available []string
+
+	mu      sync.Mutex
+	gen     uint32                     // active generation (0 or 1)
+	history map[uint32]*rules.Compiled // recent tables by version, for telemetry
+	lastErr error
+
+	received atomic.Int64 // events read from the ring buffer
+}
+
+// Open checks prerequisites, loads the program (reusing pinned maps), and
+// attaches it to the cgroup. The caller must Close it.
+func Open(cfg Config) (*Agent, error) {
+	cfg.defaults()
+	if err := preflight(&cfg); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, history: map[uint32]*rules.Compiled{}}
+	if err := a.open(); err != nil {
+		return nil, errors.Join(err, a.Close())
+	}
+	return a, nil
+}
+
+func (a *Agent) open() (err error) {
+	if a.reg, err = knobs.Default(); err != nil {
+		return err
+	}
+	if a.hz, err = KernelHZ(); err != nil {
+		return err
+	}
+	if a.available, err = AvailableCC(); err != nil {
+		return err
+	}
+	if err = a.load(); err != nil {
+		return err
+	}
+	if a.cgroup, err = openCgroup(a.cfg.CgroupRoot, a.cfg.Cgroup); err != nil {
+		return err
+	}
+	if err = a.attach(); err != nil {
+		return err
+	}
+	if a.reader, err = ringbuf.NewReader(a.objs.Events); err != nil {
+		return fmt.Errorf("%w: ring buffer: %v", ErrAgent, err)
+	}
+	return a.restoreGeneration()
+}
+
+func (a *Agent) load() error {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("%w: memlock: %v", ErrAgent, err)
+	}
+	spec, err := bpf.LoadSockops()
+	if err != nil {
+		return fmt.Errorf("%w: load spec: %v", ErrAgent, err)
+	}
+	if err := a.setVariables(spec); err != nil {
+		return err
+	}
+	a.inner = spec.Maps["prefixes"].InnerMap.Copy()
+	opts := &ebpf.CollectionOptions{}
+	if a.cfg.Pin != "" {
+		if err := mountBPFFS(a.cfg.Pin); err != nil {
+			return err
+		}
+		for name, m := range spec.Maps {
+			if name != "pending" && name != ".rodata" && name != ".bss" {
+				m.Pinning = ebpf.PinByName
+			}
+		}
+		opts.Maps.PinPath = a.cfg.Pin
+	}
+	if err := spec.LoadAndAssign(&a.objs, opts); err != nil {
+		return loadError(err)
+	}
+	return nil
+}
+
+func (a *Agent) setVariables(spec *ebpf.CollectionSpec) error {
+	vars := map[string]uint32{"telemetry_on": b2u(!a.cfg.NoTelemetry), "track_rate": b2u(!a.cfg.NoTrackRate),
+		"wake_bytes": a.cfg.WakeBytes, "cost_hist": b2u(a.cfg.CostHist)}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("%w: set %s: %v", ErrAgent, name, err)
+		}
+	}
+	return nil
+}
+
+func loadError(err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return &UnsupportedError{Feature: "sock_ops program rejected by this kernel", Err: fmt.Errorf("%+v", ve)}
+	}
+	if errors.Is(err, ebpf.ErrMapIncompatible) {
+		return fmt.Errorf("%w: pinned maps from another agent version: run `tailor-agent cleanup --pin DIR`: %v", ErrAgent, err)
+	}
+	return fmt.Errorf("%w: load: %v", ErrAgent, err)
+}
+
+// attach reuses a pinned link (swapping in the new program) or creates one.
+func (a *Agent) attach() error {
+	pin := filepath.Join(a.cfg.Pin, linkPin)
+	if a.cfg.Pin != "" {
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			a.link = l
+			return l.Update(a.objs.TailorSockops)
+		}
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: a.cgroup.path, Attach: ebpf.AttachCGroupSockOps, Program: a.objs.TailorSockops})
+	if err != nil {
+		return &UnsupportedError{Feature: "cgroup sock_ops attach at " + a.cgroup.path, Err: err}
+	}
+	a.link = l
+	if a.cfg.Pin != "" {
+		return l.Pin(pin)
+	}
+	return nil
+}
+
+// Close detaches (unless pinned), frees the objects and removes a cgroup
+// the agent created (unless pinned or still populated).
+func (a *Agent) Close() error {
+	var errs []error
+	if a.reader != nil {
+		errs = append(errs, a.reader.Close())
+	}
+	if a.link != nil {
+		errs = append(errs, a.link.Close())
+	}
+	errs = append(errs, a.objs.Close())
+	if a.cgroup != nil && a.cfg.Pin == "" {
+		errs = append(errs, a.cgroup.remove())
+	}
+	return errors.Join(errs...)
+}
+
+// CgroupPath is the cgroup the program is attached to.
+func (a *Agent) CgroupPath() string { return a.cgroup.path }
+
+// HZ is the kernel tick rate used for the SYN-ACK RTO.
+func (a *Agent) HZ() int { return a.hz }
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}

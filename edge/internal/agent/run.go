@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
+)
+
+// NewSink builds the telemetry sink the config asks for (nil = off). The
+// returned closer closes an output file.
+func NewSink(cfg *Config) (telemetry.Sink, io.Closer, error) {
+	cfg.defaults()
+	switch {
+	case cfg.TelemetryURL != "":
+		return &telemetry.HTTPSink{URL: cfg.TelemetryURL, Token: cfg.Token, Source: cfg.Source, Limit: cfg.TelemetryLimit}, io.NopCloser(nil), nil
+	case cfg.TelemetryOut == "-":
+		return telemetry.NewLineSink(os.Stdout, cfg.Source), io.NopCloser(nil), nil
+	case cfg.TelemetryOut != "":
+		f, err := os.OpenFile(cfg.TelemetryOut, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: telemetry out: %v", ErrAgent, err)
+		}
+		return telemetry.NewLineSink(f, cfg.Source), f, nil
+	}
+	return nil, io.NopCloser(nil), nil
+}
+
+// discard is the sink when telemetry is off: events are still drained so
+// the ring buffer never fills.
+type discard struct{}
+
+func (discard) Add(telemetry.Record)        {}
+func (discard) Flush(context.Context) error { return nil }
+func (discard) Dropped() int64              { return 0 }
+
+// Run is `tailor-agent run`: open, install the first table, serve tables
+// and telemetry, run argv (if any) in the cgroup until it exits or ctx ends.
+func Run(ctx context.Context, cfg Config, argv []string) error {
+	sink, closer, err := NewSink(&cfg)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	if sink == nil {
+		sink = discard{}
+	}
+	a, err := Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	stop, err := a.Start(ctx, sink)
+	if err != nil {
+		return err
+	}
+	runErr := a.serve(ctx, argv)
+	stop()
+	if st, err := a.Stats(); err == nil {
+		fmt.Fprintf(a.cfg.Log, "tailor-agent: %s dropped=%d\n", st, sink.Dropped())
+	}
+	return runErr
+}
+
+// Start installs the first table, then reads events into sink and polls
+// the table source in the background until stop is called.
+func (a *Agent) Start(ctx context.Context, sink telemetry.Sink) (stop func(), err error) {
+	src := newTableSource(a.cfg.Table)
+	if err := a.firstTable(ctx, src); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.ReadEvents(ctx, sink) }()
+	if a.cfg.Table != "" {
+		go a.PollTables(ctx, src)
+	}
+	return func() {
+		cancel()
+		a.drain(done)
+	}, nil
+}
+
+// firstTable installs the configured table; if that fails, the agent only
+// continues when pinned maps still hold a previous table.
+func (a *Agent) firstTable(ctx context.Context, src *tableSource) error {
+	if a.cfg.Table == "" {
+		return nil
+	}
+	err := a.Refresh(ctx, src)
+	if err != nil && a.Version() == 0 {
+		return err
+	}
+	return nil
+}
+
+// serve runs argv in the cgroup, forwarding cancellation as SIGTERM.
+func (a *Agent) serve(ctx context.Context, argv []string) error {
+	if len(argv) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	cmd, release, err := a.Command(argv...)
+	if err != nil {
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	err = cmd.Start()
+	release()
+	if err != nil {
+		return fmt.Errorf("%w: start server: %v", ErrAgent, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err = <-exited:
+	case <-ctx.Done():
+		err = stop(cmd, exited)
+	}
+	return serverExit(err)
+}
+
+func stop(cmd *exec.Cmd, exited chan error) error {
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		return err
+	case <-time.After(5 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return <-exited
+	}
+}
+
+func serverExit(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return fmt.Errorf("%w: server: %v", ErrAgent, ee)
+	}
+	return err
+}
+
+// drain lets the reader pick up the last events, then stops it.
+func (a *Agent) drain(done chan error) {
+	time.Sleep(2 * a.cfg.FlushEvery)
+	_ = a.reader.Close()
+	if err := <-done; err != nil {
+		fmt.Fprintf(a.cfg.Log, "tailor-agent: %v\n", err)
+	}
+}

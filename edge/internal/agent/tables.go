@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/tailor-project/tailor/edge/internal/bpf"
+	"github.com/tailor-project/tailor/edge/internal/rules"
+)
+
+// grace is how long a retired generation stays untouched before it is
+// rewritten: a sock_ops callback that read the old generation index runs
+// for microseconds, so it has finished long before.
+const grace = 50 * time.Millisecond
+
+// keepVersions is how many recent tables are remembered to name the group
+// of connections that close after a swap.
+const keepVersions = 16
+
+// Load parses, validates and compiles a table and installs it.
+func (a *Agent) Load(data []byte) (*rules.Compiled, error) {
+	t, err := rules.Parse(data, a.reg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rules.Compile(t, a.reg)
+	if err != nil {
+		return nil, err
+	}
+	return c, a.Install(c)
+}
+
+// Install writes c into the inactive generation, then flips the active
+// index: a connection sees either the whole old table or the whole new one.
+func (a *Agent) Install(c *rules.Compiled) error {
+	g, err := buildGeneration(c, a.hz, a.available)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	time.Sleep(grace)
+	next := a.gen ^ 1
+	if err := a.writeGeneration(next, g); err != nil {
+		return err
+	}
+	if err := a.objs.Active.Put(uint32(0), next); err != nil {
+		return fmt.Errorf("%w: flip generation: %v", ErrAgent, err)
+	}
+	a.gen = next
+	a.remember(c)
+	return nil
+}
+
+func (a *Agent) writeGeneration(gen uint32, g *generation) error {
+	trie, err := ebpf.NewMap(a.inner)
+	if err != nil {
+		return fmt.Errorf("%w: new trie: %v", ErrAgent, err)
+	}
+	defer trie.Close()
+	if len(g.keys) > 0 {
+		if _, err := trie.BatchUpdate(g.keys, g.values, nil); err != nil {
+			return fmt.Errorf("%w: fill trie: %v", ErrAgent, err)
+		}
+	}
+	if err := a.objs.Prefixes.Put(gen, trie); err != nil {
+		return fmt.Errorf("%w: swap trie: %v", ErrAgent, err)
+	}
+	if err := putAll(a.objs.Configs, gen*maxConfigs, g.configs); err != nil {
+		return err
+	}
+	if err := putAll(a.objs.Groups, gen*maxGroups, g.groups); err != nil {
+		return err
+	}
+	return a.objs.Metas.Put(gen, g.meta)
+}
+
+func putAll[T any](m *ebpf.Map, base uint32, vals []T) error {
+	if len(vals) == 0 {
+		return nil
+	}
+	keys := make([]uint32, len(vals))
+	for i := range keys {
+		keys[i] = base + uint32(i)
+	}
+	if _, err := m.BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("%w: update %s: %v", ErrAgent, m, err)
+	}
+	return nil
+}
+
+func (a *Agent) remember(c *rules.Compiled) {
+	a.history[uint32(c.Version)] = c
+	for len(a.history) > keepVersions {
+		oldest := uint32(c.Version)
+		for v := range a.history {
+			oldest = min(oldest, v)
+		}
+		delete(a.history, oldest)
+	}
+}
+
+// restoreGeneration picks up the active generation from pinned maps.
+func (a *Agent) restoreGeneration() error {
+	var gen uint32
+	if err := a.objs.Active.Lookup(uint32(0), &gen); err != nil {
+		return fmt.Errorf("%w: read active generation: %v", ErrAgent, err)
+	}
+	a.gen = gen & 1
+	return nil
+}
+
+// Version is the installed table version (0 = none).
+func (a *Agent) Version() uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var m bpf.SockopsMeta
+	if err := a.objs.Metas.Lookup(a.gen, &m); err != nil {
+		return 0
+	}
+	return m.Version
+}
+
+// LastError is the most recent table error (nil after a good table).
+func (a *Agent) LastError() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastErr
+}
+
+func (a *Agent) setLastError(err error) {
+	a.mu.Lock()
+	a.lastErr = err
+	a.mu.Unlock()
+}
+
+func (a *Agent) compiled(version uint32) *rules.Compiled {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.history[version]
+}

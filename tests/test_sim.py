@@ -55,9 +55,13 @@ def test_noise_is_shared_and_skewed(ev):
 
 def test_table_mode_applies_compiled_tables(small_scenario, oracle):
     sim = Simulator(small_scenario, oracle, SimConfig(update_freq_s=60.0, seed=2, mode="table"))
-    rec = sim.run(make_policy("mab-nc", seed=1)).records
+    result = sim.run(make_policy("mab-nc", seed=1))
+    rec = result.records
     assert set(np.unique(rec["arm"])) <= {"table", "default"}
     assert (rec["arm"] == "table").any()
+    # the learner's own groups get the outcomes, so tables grow beyond the default group
+    assert len(result.final_table["groups"]) > 2 and result.final_table["rules"]
+    assert len(np.unique(rec["config"])) > 1
 
 
 def test_update_latency_delays_learning(small_scenario, oracle):

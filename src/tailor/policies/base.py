@@ -97,6 +97,20 @@ class Policy(ABC):
     def _select(self, ctx: Context) -> Decision:
         """Choose a configuration index for this connection."""
 
+    def group_of(self, ctx: Context) -> str:
+        """The learner group this connection belongs to, without choosing a configuration.
+
+        Needed when the configuration was applied by an edge from a decision table (simulator table
+        mode, live manager): the outcome must reach the learner state of the context's own group.
+        Generic fallback: ask ``_select`` with the RNG state restored afterwards; learners that know
+        their key cheaply override this.
+        """
+        state = self._rng.bit_generator.state
+        try:
+            return self._select(ctx).group
+        finally:
+            self._rng.bit_generator.state = state
+
     def observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
         if decision.arm in ("holdback", "guardrail"):
             return

@@ -68,6 +68,9 @@ class KeyedLearner(Policy):
         cls = self._classes.classify(ctx)
         return None if cls is None else f"{cls}|{ctx.website}"
 
+    def group_of(self, ctx: Context) -> str:
+        return self.key(ctx) or "unknown"
+
     def _observe_classes(self, ctx: Context) -> None:
         if self._classes is not None:
             self._classes.add(ctx)

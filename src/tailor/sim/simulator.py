@@ -211,10 +211,11 @@ class _Loop:
             return self.policy.select(ctx)
         while self.table_queue and self.table_queue[0][0] <= ctx.time_s:
             self.resolver = TableResolver(self.table_queue.popleft()[1])
+        group = self.policy.group_of(ctx)  # outcomes feed the learner state of the context's own group
         if self.resolver is None:
-            return Decision(self.policy.space.default_index, 1.0, "no-table", "default")
-        group, cid, p = self.resolver.resolve(ctx.client.client_id, self.u[i], ctx.website, ctx.client.device)
-        return Decision(self.policy.space.index_of(cid), p, group or "default", "table")
+            return Decision(self.policy.space.default_index, 1.0, group, "default")
+        _, cid, p = self.resolver.resolve(ctx.client.client_id, self.u[i], ctx.website, ctx.client.device)
+        return Decision(self.policy.space.index_of(cid), p, group, "table")
 
     def _deliver(self, t: float) -> None:
         pol, arch = self.policy, self.archive

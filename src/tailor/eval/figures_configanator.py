@@ -1,0 +1,108 @@
+"""Configanator report sections: arm contribution (Fig. 22), tail per minute (Fig. 23), stability (Fig. 24).
+
+Shown only when a ``configanator*`` policy ran; everything is computed from run records.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from tailor.eval import metrics
+from tailor.eval.report import png
+from tailor.eval.sections import report_section
+
+ARMS = (("bootstrap", "#e69f00"), ("explore", "#56b4e9"), ("epsilon", "#009e73"), ("exploit", "#0072b2"),
+        ("default", "#999999"))
+
+
+def _site_rank(rec: dict) -> np.ndarray:
+    """Page-load number within its website: the x axis of Configanator's convergence figures."""
+    rank, seen = np.zeros(len(rec["site"]), dtype=int), {}
+    for i, s in enumerate(rec["site"]):
+        rank[i] = seen.get(int(s), 0)
+        seen[int(s)] = rank[i] + 1
+    return rank
+
+
+def arm_shares(rec: dict, bins: int = 25, max_iter: int = 1000) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Share of page loads per arm vs learning iteration (Fig. 22)."""
+    rank = _site_rank(rec)
+    edges = np.unique(np.geomspace(1, max_iter, bins).astype(int))
+    edges = np.concatenate([[0], edges])
+    mids, shares = [], {a: [] for a, _ in ARMS}
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        sel = (rank >= lo) & (rank < hi)
+        if sel.any():
+            mids.append((lo + hi) / 2)
+            for a, _ in ARMS:
+                shares[a].append(float(np.mean(rec["arm"][sel] == a)))
+    return np.array(mids), {a: np.array(v) for a, v in shares.items()}
+
+
+def tail_per_minute(rec: dict, q: float = 95) -> np.ndarray:
+    """Per one-minute segment, the q-th percentile distance to optimal (Fig. 23's worst-case tail)."""
+    minute = (rec["time_s"] // 60).astype(int)
+    gap = metrics.gap_to_optimal(rec)
+    return np.array([np.percentile(gap[minute == m], q) for m in np.unique(minute)])
+
+
+def stability(rec: dict) -> np.ndarray:
+    """Per class (pair), the connection number after which the exploited configuration never changes (Fig. 24)."""
+    out = []
+    sel = rec["arm"] == "exploit"
+    for g in np.unique(rec["group"][sel]):
+        cfg = rec["config"][sel & (rec["group"] == g)]
+        changes = np.flatnonzero(np.diff(cfg) != 0)
+        out.append(int(changes[-1] + 1) if len(changes) else 0)
+    return np.array(out)
+
+
+def _fig_arms(results) -> str:
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.4), squeeze=False, sharey=True)
+    for ax, r in zip(axes[0], results):
+        x, shares = arm_shares(r.records)
+        ax.stackplot(x, *[100 * shares[a] for a, _ in ARMS], labels=[a for a, _ in ARMS], colors=[c for _, c in ARMS])
+        ax.set_xscale("log")
+        ax.set_title(r.policy)
+        ax.set_xlabel("page load of the website (iteration)")
+    axes[0][0].set_ylabel("% of page loads")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    return png(fig)
+
+
+def _fig_tail(ev) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for r in ev.results:
+        if r.policy in ("default", "random", "optimal", "optimal-stale", "brute", "bo"):
+            continue
+        v = np.sort(100 * tail_per_minute(r.records))
+        ax.plot(v, np.linspace(0, 1, len(v)), label=r.policy)
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("p95 distance to optimal within a minute (%)")
+    ax.set_ylabel("CDF over minutes")
+    ax.legend(fontsize=7)
+    return png(fig)
+
+
+def _fig_stability(results) -> str:
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for r in results:
+        v = np.sort(stability(r.records))
+        if len(v):
+            ax.plot(np.maximum(v, 1), np.linspace(0, 1, len(v)), label=f"{r.policy} ({len(v)} pairs)")
+    ax.set_xscale("log")
+    ax.set_xlabel("exploit decisions of the pair before its last configuration change")
+    ax.set_ylabel("CDF over website x class pairs")
+    ax.legend(fontsize=7)
+    return png(fig)
+
+
+@report_section
+def configanator_sections(ev) -> list[tuple[str, str]]:
+    ours = [r for r in ev.results if r.policy.startswith("configanator")]
+    if not ours:
+        return []
+    return [("Configanator: arm contribution (Fig. 22)", f"<img src='{_fig_arms(ours)}'>"),
+            ("Configanator: tail distance to optimal per minute (Fig. 23)", f"<img src='{_fig_tail(ev)}'>"),
+            ("Configanator: configuration stability per pair (Fig. 24)", f"<img src='{_fig_stability(ours)}'>")]

@@ -1,0 +1,41 @@
+"""Manager settings (the ``tailor manager`` options) with house-style validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailor.errors import check
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ManagerConfig:
+    data_dir: str
+    policy: str = "mab-nc"
+    space: str = "core"
+    allowed: str = ""  # AllowedConfig, e.g. "NoBBR,NoHighICW"
+    update_freq_s: float = 10.0  # period of the update cycle; 0 = only on demand (POST /v1/cycle, tests)
+    holdback: float = 0.2
+    retention_days: float = 7.0
+    seed: int = 0
+    token: str | None = None  # bearer token for every write; None only with insecure_dev
+    insecure_dev: bool = False
+    explore_budget: float = 0.1
+    min_improvement: float = 0.02
+    rollback_alpha: float = 0.05
+    max_body_bytes: int = 16 * MiB
+    queue_records: int = 500_000  # bounded in-memory ingest queue (records); overflow is dropped and counted
+    max_wait_s: float = 60.0  # cap of the long-poll ?wait=
+    valid_for_s: float = 3600.0
+
+    def __post_init__(self):
+        own = "ManagerConfig"
+        check(self.update_freq_s >= 0, own, "update_freq_s", ">= 0", self.update_freq_s)
+        check(0.0 <= self.holdback < 1.0, own, "holdback", "in [0, 1)", self.holdback)
+        check(self.retention_days > 0, own, "retention_days", "> 0", self.retention_days)
+        check(bool(self.token) or self.insecure_dev, own, "token",
+              "set (environment variable TAILOR_TOKEN) unless --insecure-dev", "<unset>")
+        check(self.max_body_bytes >= 1024, own, "max_body_bytes", ">= 1024", self.max_body_bytes)
+        check(self.queue_records >= 1, own, "queue_records", ">= 1", self.queue_records)
+        check(self.max_wait_s >= 0, own, "max_wait_s", ">= 0", self.max_wait_s)

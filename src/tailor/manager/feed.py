@@ -1,0 +1,130 @@
+"""Telemetry rows -> what policies see: Context, Decision, Outcome, in the simulator's order.
+
+The mapping (documented in docs/manager.md, computed in SQL by :data:`FEED_SQL` so a cycle reads
+only derived columns):
+
+* completion time: ``plt_ms`` for kind ``pageload``, ``ttlb_ms`` for ``response``,
+  ``duration_ms`` for ``connection``; a record without it updates the prefix archive only.
+* RTT: ``handshake_rtt_ms``, else ``min_rtt_ms``, else ``srtt_ms``.
+* goodput (Mbit/s): ``max_delivery_rate_Bps`` x 8 / 1e6, else ``bytes_acked`` x 8 / ``duration_ms``,
+  else ``object_bytes`` x 8 / ``ttlb_ms``.
+* loss: ``bytes_retrans / bytes_sent``; unknown -> the prefix's archived loss (0 for a new prefix).
+* Context: client id = ``client_addr`` or the prefix's network address; website = ``sni`` ("" when
+  absent); device = ``device``; history = the per-prefix archive *before* this record (the edge
+  decided at the handshake), then the archive is updated with this record, then ``policy.observe``.
+* Decision: config index of ``config_id`` in the manager's space (records with a configuration
+  outside the space feed the archive only), ``probability`` (1 when absent), arm ``holdback`` for
+  ``holdback: true`` records (policies ignore them, as in the simulator) and ``table`` otherwise.
+  Group: the record's ``group`` when it is a group of the policy's last table; otherwise the group
+  the policy itself assigns to this context (``policy.select(ctx).group``, the simulator's online
+  path). Without this, a keyed learner fed only table groups never sees its own class keys and
+  never publishes a rule (the simulator's ``--mode table`` has exactly that problem).
+
+Guardrail statistics use the *table's* group (what the edge applied): the record's ``group``, or for
+holdback records without one the group the current table puts their client in, else "default".
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from tailor.context import Context, Decision, Outcome
+from tailor.manager.guardrails import GuardState
+from tailor.manager.sequential import LogStats
+from tailor.scenario.model import ClientInfo
+
+FEED_SQL = """
+SELECT seq, time, client_prefix, client_addr, "group", config_id, coalesce(probability, 1.0), coalesce(holdback, false),
+       coalesce(sni, ''), coalesce(device, ''),
+       CASE kind WHEN 'pageload' THEN plt_ms WHEN 'response' THEN ttlb_ms ELSE duration_ms END,
+       coalesce(handshake_rtt_ms, min_rtt_ms, srtt_ms),
+       coalesce(max_delivery_rate_Bps * 8 / 1e6,
+                CASE WHEN duration_ms > 0 THEN bytes_acked * 8 / duration_ms / 1e3 END,
+                CASE WHEN ttlb_ms > 0 THEN object_bytes * 8 / ttlb_ms / 1e3 END),
+       CASE WHEN bytes_sent > 0 THEN bytes_retrans / bytes_sent END,
+       coalesce(object_bytes, bytes_acked, bytes_sent, 0)
+FROM telemetry WHERE seq > ? AND seq <= ? ORDER BY time, seq
+"""
+
+
+@dataclass
+class FeedReport:
+    rows: int = 0
+    observed: int = 0  # fed to policy.observe with an outcome (treated and holdback)
+    foreign: int = 0  # configuration outside the manager's space
+    no_outcome: int = 0  # no completion time for the record's kind
+    last_seq: int = 0
+    treated: LogStats = field(default_factory=LogStats)
+    holdback: LogStats = field(default_factory=LogStats)
+
+    @property
+    def improvement(self) -> float:
+        """This cycle's 1 - treated/holdback geometric-mean completion time (nan without both)."""
+        return 1.0 - self.treated.ratio_to(self.holdback)
+
+
+def client_id(prefix: str, addr: str | None) -> str:
+    return addr if addr else prefix.split("/", 1)[0]
+
+
+def normalize_prefix(text: str) -> str | None:
+    """Canonical CIDR (host bits cleared) or None when ``text`` is not an address or prefix."""
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError:
+        return None
+
+
+class Feeder:
+    """Feeds stored telemetry rows to a policy, its archive and the guardrail statistics."""
+
+    def __init__(self, policy, archive, guard: GuardState):
+        self.policy, self.archive, self.guard = policy, archive, guard
+        self.policy_groups: set[str] = set()  # group ids of the policy's last compiled table
+        self.space = policy.space
+        self._index = {c.id: i for i, c in enumerate(self.space.configs)}
+        self._clients: dict[tuple, ClientInfo] = {}
+
+    def _client(self, prefix: str, addr: str | None, device: str) -> ClientInfo:
+        key = (prefix, addr, device)
+        info = self._clients.get(key)
+        if info is None:
+            if len(self._clients) > 200_000:
+                self._clients.clear()
+            info = self._clients[key] = ClientInfo(client_id(prefix, addr), prefix, 0, "", device, "")
+        return info
+
+    def feed(self, rows, resolver=None) -> FeedReport:
+        report = FeedReport()
+        for row in rows:
+            self._feed_one(row, resolver, report)
+        return report
+
+    def _feed_one(self, row, resolver, report: FeedReport) -> None:
+        seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes = row
+        report.rows += 1
+        report.last_seq = max(report.last_seq, seq)
+        history = self.archive.get(prefix, t)
+        if loss is None:
+            loss = history.loss if history is not None else 0.0
+        if goodput is not None and rtt is not None:
+            self.archive.update(prefix, t, goodput, loss, rtt)
+        if done_ms is None:
+            report.no_outcome += 1
+            return
+        table_group = group
+        if table_group is None and hold and resolver is not None:
+            table_group = resolver.group_of(client_id(prefix, addr), sni, device)
+        self.guard.observe(table_group or "default", cid, done_ms, hold)
+        (report.holdback if hold else report.treated).add(done_ms)
+        index = self._index.get(cid)
+        if index is None:
+            report.foreign += 1
+            return
+        ctx = Context(t, prefix, self._client(prefix, addr, device), sni, rtt or 0.0, history)
+        if group is None or group not in self.policy_groups:
+            group = self.policy.select(ctx).group
+        decision = Decision(index, prob, group, "holdback" if hold else "table")
+        self.policy.observe(ctx, decision, Outcome(done_ms, goodput or 0.0, rtt or 0.0, loss, int(nbytes)))
+        report.observed += 1

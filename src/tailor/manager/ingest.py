@@ -1,0 +1,130 @@
+"""Telemetry ingestion: parse, validate, queue (bounded), and write to the store in bulk.
+
+Batch semantics of ``POST /v1/telemetry`` (also in docs/manager.md):
+
+* The body must be JSON, at most ``max_body_bytes``. A batch whose *header* is invalid (not an
+  object, wrong ``schema``, missing ``source``, ``records`` not an array or longer than the schema's
+  ``maxItems``) is rejected whole: 400 with the reason; nothing is stored.
+* Otherwise every record is checked on its own (schema, plus: ``client_prefix`` must be an IP
+  address or prefix; it is stored in canonical CIDR form). Invalid records are rejected with their
+  reasons and counted; the valid ones are queued. Reply 202 with ``accepted``, ``rejected`` and the
+  first reasons; 400 when the batch had records and none was valid.
+* Queue admission is all-or-nothing per batch: if the valid records do not fit in the bounded queue,
+  none is queued, they are counted as dropped, and the reply is 503 with ``Retry-After`` so the
+  sender can resend the same batch without creating duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+
+from tailor.manager.fastcheck import check_batch
+from tailor.manager.feed import normalize_prefix
+
+MAX_REASONS = 10  # rejection reasons returned per reply
+
+
+@dataclass
+class IngestResult:
+    status: int
+    accepted: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def body(self) -> dict:
+        out = {"accepted": self.accepted, "rejected": self.rejected, "dropped": self.dropped}
+        if self.reasons:
+            out["errors"] = self.reasons
+        return out
+
+
+class IngestQueue:
+    """Bounded queue of (source, received time, records); capacity counted in records."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._items: deque = deque()
+        self._size = 0
+        self._lock = threading.Lock()
+        self.ready = threading.Event()
+
+    def offer(self, source: str, received: float, records: list[dict]) -> bool:
+        with self._lock:
+            if self._size + len(records) > self.capacity:
+                return False
+            self._items.append((source, received, records))
+            self._size += len(records)
+        self.ready.set()
+        return True
+
+    def drain(self) -> list[tuple[str, float, list[dict]]]:
+        with self._lock:
+            items, self._items, self._size = list(self._items), deque(), 0
+            self.ready.clear()
+        return items
+
+    def __len__(self) -> int:
+        return self._size
+
+
+_PREFIXES: dict[str, str | None] = {}
+
+
+def canonical_prefix(text: str) -> str | None:
+    out = _PREFIXES.get(text, "")
+    if out == "":
+        out = normalize_prefix(text)
+        if len(_PREFIXES) > 100_000:
+            _PREFIXES.clear()
+        _PREFIXES[text] = out
+    return out
+
+
+def parse_and_check(body: bytes) -> tuple[str | None, dict | None, list[dict], list[tuple[int, str]]]:
+    """(batch error, batch, good records, [(index, reason)]); records get canonical prefixes."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as err:
+        return f"body is not JSON: {err}", None, [], []
+    error, good, bad = check_batch(doc)
+    if error:
+        return error, doc if isinstance(doc, dict) else None, [], []
+    kept = []
+    for i, rec in good:
+        prefix = canonical_prefix(rec["client_prefix"])
+        if prefix is None:
+            bad.append((i, f"telemetry field records[{i}].client_prefix: {rec['client_prefix']!r} is not an IP prefix"))
+            continue
+        rec["client_prefix"] = prefix
+        kept.append(rec)
+    bad.sort()
+    return None, doc, kept, bad
+
+
+def ingest(body: bytes, queue: IngestQueue, metrics, received: float) -> IngestResult:
+    """Validate one batch and queue its valid records (see the module doc for the semantics)."""
+    error, doc, good, bad = parse_and_check(body)
+    if error:
+        recs = doc.get("records") if doc else None
+        n = len(recs) if isinstance(recs, list) else 0
+        metrics.batches.labels("rejected").inc()
+        metrics.rejected.inc(n)
+        return IngestResult(400, rejected=n, reasons=[error])
+    metrics.edge_dropped.inc(doc.get("dropped", 0))
+    metrics.rejected.inc(len(bad))
+    reasons = [r for _, r in bad[:MAX_REASONS]]
+    if bad and not good:
+        metrics.batches.labels("rejected").inc()
+        return IngestResult(400, rejected=len(bad), reasons=reasons)
+    if good and not queue.offer(doc["source"], received, good):
+        metrics.dropped.inc(len(good))
+        metrics.batches.labels("dropped").inc()
+        return IngestResult(503, rejected=len(bad), dropped=len(good), reasons=reasons)
+    metrics.records.inc(len(good))
+    metrics.queue.set(len(queue))
+    metrics.batches.labels("partial" if bad else "accepted").inc()
+    return IngestResult(202, accepted=len(good), rejected=len(bad), reasons=reasons)

@@ -1,0 +1,30 @@
+"""Prometheus metrics of one manager (its own registry, so several managers can share a process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    def __init__(self):
+        r = self.registry = CollectorRegistry()
+        self.batches = Counter("tailor_ingest_batches", "telemetry batches by result", ["result"], registry=r)
+        self.records = Counter("tailor_ingest_records", "telemetry records accepted (validated, queued)", registry=r)
+        self.rejected = Counter("tailor_ingest_rejected_records", "telemetry records rejected by validation", registry=r)
+        self.dropped = Counter("tailor_ingest_dropped_records", "valid records dropped: ingest queue full", registry=r)
+        self.edge_dropped = Counter("tailor_edge_dropped_records", "records edges report they dropped", registry=r)
+        self.stored = Counter("tailor_store_records", "telemetry records written to the store", registry=r)
+        self.queue = Gauge("tailor_ingest_queue_records", "records waiting in the ingest queue", registry=r)
+        self.rate = Gauge("tailor_ingest_records_per_second", "records stored per second over the last cycle", registry=r)
+        self.cycle = Histogram("tailor_update_cycle_seconds", "duration of an update cycle", registry=r,
+                               buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+        self.groups = Gauge("tailor_groups", "groups in the published decision table", registry=r)
+        self.version = Gauge("tailor_table_version", "version of the published decision table", registry=r)
+        self.improvement = Gauge("tailor_improvement_vs_holdback",
+                                 "1 - treated/holdback geometric-mean completion time (cumulative)", registry=r)
+        self.window_improvement = Gauge("tailor_improvement_vs_holdback_window",
+                                        "1 - treated/holdback geometric-mean completion time (last cycle)", registry=r)
+        self.rollbacks = Counter("tailor_rollbacks", "group configurations rolled back", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,384 @@
+"""Config-Snob (Bin-Yahya et al., ATC'24): two-level profiling, a four-armed bandit of BO models, and
+causal-forest reward estimation and search-space limiting. Design and sources: docs/configsnob.md.
+
+Per connection (``_select``): the client's profile (region, ASN, /24, access, device, time category;
+``tailor.grouping.profiles``) is looked up in the profile tree; its group's published choice list is
+sampled. A profile without its own decision yet (unseen, or fewer than ``k_samples`` samples) gets
+the deepest overlap node's *initial trials* (§3.1.2) -- "the previous cycle inference". Unknown
+prefixes (no archive history) get the default, as every Tailor policy.
+
+Per updating cycle (``_plan``, §3.2): last cycle's samples enter the tree (unless the cycle is a
+time-category spike), sufficiency is checked, sufficient profiles are clustered into profile groups,
+the causal forest is refitted every ``ci_every`` cycles, and each group that received data gets new
+arms: steady state Best 0.5 / BO model 2 0.4 / BO model 3 0.1 (§3.2.2); cold start BO model 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
+
+from tailor.grouping.profiles import (OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories,
+                                      network_row, profile_path)
+from tailor.learn import GPSurrogate, lognormal_expected_improvement, maximize
+from tailor.learn.causal import CausalEstimator
+from tailor.policies.base import Context, Decision, Outcome, Policy, register
+
+_INT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
+_POS = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a number > 0")
+
+
+@register("config-snob")
+class ConfigSnobPolicy(Policy):
+    """Config-Snob over Tailor's knob space; every constant cites its section in the parameter table."""
+
+    parameters = {
+        "k_samples": (20, *_INT),  # §4.2: initial samples per user group for training (sufficiency k)
+        "steady_configs": (10, *_INT),  # §4.2: configurations tried to switch cold -> steady
+        "resample_configs": (15, *_INT),  # §4.2: minimum to enable BO model 3 resampling
+        "top_resample": (5, *_INT),  # §3.2.2: BO model 3 starts from the top five configurations
+        "ci_min_count": (40, *_INT),  # §3.3.4: CF reward replaces averages below 40 samples
+        "ci_trees": (100, lambda v: isinstance(v, int) and v >= 4 and v % 4 == 0, "a multiple of 4"),  # §4.2
+        "stability": (0.25, *_POS),  # ours: TCP-RL-style reward change bound (§3.1.3 gives none)
+        "clusters": (8, *_INT),  # ours: K of the profile-group K-means (§3.1.4 gives none)
+        "n_initial": (3, *_INT),  # ours: initial trials an overlap node hands to new profiles
+        "ci_every": (3, *_INT),  # ours: causal forest refit period in cycles (paper: daily)
+        "ci_samples": (3000, *_INT),  # ours: most recent samples the forest sees
+        "group_samples": (600, *_INT),  # ours: most recent samples a group model sees
+        "reward": ("site", lambda v: v in ("site", "bytes"), "'site' or 'bytes'"),
+        "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
+        "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
+    }
+
+    def _init_state(self) -> None:
+        self._tree = ProfileTree()
+        self._suff = Sufficiency(self.k_samples, self.stability)
+        self._km = ProfileGroups(self.clusters)
+        self._times = TimeCategories(self.start_hour, self.start_weekday)
+        self._arms = ArmModels(self.space, self._rng, self)
+        self._ci = CausalEstimator(self.space, n_estimators=self.ci_trees, seed=self.seed, max_samples=self.ci_samples)
+        self._cols: dict[str, list] = defaultdict(list)  # sample store, one list per column
+        self._pending: list[int] = []
+        self._site_log: dict[str, list[float]] = {}  # website -> [count, sum of log CT]
+        self._choices: dict[str, list[tuple[int, float, str]]] = {}  # group id -> [(config, p, arm)]
+        self._assign: dict[tuple, str] = {}  # profile or overlap key -> group id
+        self._requested: set[tuple] = set()
+        self._cycle = 0
+        self._last_now = 0.0
+        self._theta = np.zeros((0, 0))
+
+    # -- per connection
+    def _select(self, ctx: Context) -> Decision:
+        if ctx.history is None:
+            return Decision(self.space.default_index, 1.0, "unknown", "default")
+        path = profile_path(ctx, self._times.serving(ctx.time_s))
+        self._requested.add(self._tree.resolve(path)[0])
+        gid = self._lookup(path)
+        if gid is None:
+            return Decision(self.space.default_index, 1.0, "cold", "default")
+        return self._draw(gid)
+
+    def _draw(self, gid: str) -> Decision:
+        choices = self._choices[gid]
+        u, acc = self._rng.random(), 0.0
+        for config, p, arm in choices:
+            acc += p
+            if u < acc:
+                return Decision(config, p, gid, arm)
+        config, p, arm = choices[-1]
+        return Decision(config, p, gid, arm)
+
+    def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
+        """Store the sample; it reaches the models at the next plan() (one updating cycle later)."""
+        c = self._cols
+        c["path"].append(profile_path(ctx, self._times.category(ctx.time_s)))
+        c["config"].append(decision.config)
+        c["site"].append(ctx.website)
+        c["log_ct"].append(math.log(max(outcome.completion_ms, 1e-3)))
+        c["x"].append((*network_row(outcome.goodput_mbps, outcome.loss, outcome.rtt_ms),
+                       math.log(max(outcome.bytes, 1))))
+        self._pending.append(len(c["config"]) - 1)
+        ref = self._site_log.setdefault(ctx.website, [0, 0.0])
+        ref[0], ref[1] = ref[0] + 1, ref[1] + c["log_ct"][-1]
+
+    # -- per updating cycle
+    def _plan(self, now: float) -> None:
+        self._cycle += 1
+        self._last_now = now
+        new, self._pending = self._pending, []
+        goodput = [self._cols["x"][i][0] for i in new]
+        spike = self._times.update(now, float(np.mean(goodput)) if goodput else None)
+        y = self._log_rewards()
+        if not spike:
+            for i in new:
+                self._tree.insert(self._cols["path"][i], i)
+            self._record_cycle(new, y)
+        if self._cycle % self.ci_every == 0:
+            self._fit_ci(y)
+        self._extend_theta()
+        touched = {self._cols["path"][i] for i in new} if not spike else set()
+        self._plan_groups(y, touched)
+        self._plan_overlaps(y, touched)
+        self._requested = set()
+
+    def _log_rewards(self) -> np.ndarray:
+        """Log normalised reward of every stored sample (lower is better).
+
+        ``site``: log CT minus the website's mean log CT over all telemetry so far (CT normalised per
+        website, so groups can pool websites of very different sizes); ``bytes``: log(CT / bytes), the
+        paper's Eq. (1) with the response size the oracle's catalogue reports in ``Outcome.bytes``.
+        """
+        log_ct = np.asarray(self._cols["log_ct"])
+        if self.reward == "bytes":
+            return log_ct - np.asarray([x[3] for x in self._cols["x"]])
+        ref = {s: v[1] / v[0] for s, v in self._site_log.items()}
+        return log_ct - np.array([ref[s] for s in self._cols["site"]])
+
+    def _record_cycle(self, new: list[int], y: np.ndarray) -> None:
+        by_profile: dict[tuple, list[float]] = defaultdict(list)
+        for i in new:
+            by_profile[self._cols["path"][i]].append(math.exp(y[i]))
+        for path, rewards in by_profile.items():
+            self._suff.record_cycle(path, rewards)
+
+    def _fit_ci(self, y: np.ndarray) -> None:
+        n = min(len(y), self.ci_samples)
+        if n:
+            X = np.asarray(self._cols["x"][-n:])
+            if self._ci.fit(X, np.asarray(self._cols["config"][-n:]), y[-n:]):
+                self._theta = np.zeros((0, self._ci.encode.matrix.shape[1]))
+
+    def _extend_theta(self) -> None:
+        """CATE coefficients of every stored sample, predicted once per sample and forest."""
+        n, have = len(self._cols["x"]), len(self._theta)
+        if self._ci.fitted and n > have:
+            self._theta = np.vstack([self._theta, self._ci.theta(np.asarray(self._cols["x"][have:]))])
+
+    def _plan_groups(self, y: np.ndarray, touched: set) -> None:
+        """Sufficient profiles -> K-means groups (steady or cold by configurations tried); insufficient
+        profiles with >= k samples -> a cold group of their own (§3.1.3)."""
+        sufficient, alone = [], []
+        for path, node in self._tree.profiles():
+            n = len(node.samples)
+            if self._suff.sufficient(path, n):
+                sufficient.append((path, node))
+            elif n >= self.k_samples:
+                alone.append((path, node))
+        self._cluster(sufficient, y, touched)
+        for path, node in alone:
+            gid = "p:" + "|".join(path)
+            if path in touched or gid not in self._choices:
+                self._set_choices(gid, node.samples, y, self._parent_choices(path), steady_ok=False)
+            self._assign[path] = gid
+
+    def _cluster(self, sufficient: list, y: np.ndarray, touched: set) -> None:
+        if not sufficient:
+            return
+        rows = np.array([np.mean([self._cols["x"][i][:3] for i in node.samples[-100:]], axis=0)
+                         for _, node in sufficient])
+        labels = self._km.fit(rows)
+        members: dict[int, list] = defaultdict(list)
+        for (path, node), label in zip(sufficient, labels):
+            members[int(label)].append((path, node))
+            self._assign[path] = f"g{label}"
+        for label, group in members.items():
+            gid = f"g{label}"
+            if gid in self._choices and not any(path in touched for path, _ in group):
+                continue
+            ids = sorted(i for _, node in group for i in node.samples[-self.group_samples:])
+            self._set_choices(gid, ids, y, self._parent_choices(group[0][0]), steady_ok=True)
+
+    def _plan_overlaps(self, y: np.ndarray, touched: set) -> None:
+        """Initial trials for new profiles from every overlap node asked for in the last cycle (§3.1.2)."""
+        keys = {self._trained_ancestor(k) for k in self._requested} | {(OVERLAP,) * self._tree.depth}
+        for key in sorted(keys):  # sorted: set order of str tuples varies with PYTHONHASHSEED
+            node = self._tree.node(key)
+            gid = "ov:" + "|".join(key)
+            if not node.samples or (gid in self._choices and not self._touches(key, touched)):
+                continue
+            ids = node.samples[-self.group_samples:]
+            self._choices[gid] = self._arms.overlap(gid, ids, y, self._cols, self._ci_view(ids, y))
+            self._assign[key] = gid
+
+    def _trained_ancestor(self, key: tuple) -> tuple:
+        """The deepest overlap node at or above ``key`` with >= k samples, or the root: a node with less
+        data is not trained and its profiles keep the previous inference (§3.2.2, BO model 1)."""
+        depth = key.index(OVERLAP) if OVERLAP in key else len(key) - 1
+        for d in range(depth, 0, -1):
+            cand = key[:d] + (OVERLAP,) * (len(key) - d)
+            node = self._tree.node(cand)
+            if node is not None and len(node.samples) >= self.k_samples:
+                return cand
+        return (OVERLAP,) * len(key)
+
+    @staticmethod
+    def _touches(key: tuple, touched: set) -> bool:
+        depth = key.index(OVERLAP)
+        return any(p[:depth] == key[:depth] for p in touched)
+
+    def _parent_choices(self, path: tuple) -> list | None:
+        """The nearest overlap node's current choices: the prior initial trials of a cold model."""
+        for depth in range(len(path) - 1, -1, -1):
+            gid = self._assign.get(path[:depth] + (OVERLAP,) * (len(path) - depth))
+            if gid is not None:
+                return self._choices.get(gid)
+        return None
+
+    def _set_choices(self, gid: str, ids: list[int], y: np.ndarray, parent, steady_ok: bool) -> None:
+        ids = list(ids)[-self.group_samples:]
+        self._choices[gid] = self._arms.group(gid, ids, y, self._cols, self._ci_view(ids, y), parent, steady_ok)
+
+    def _ci_view(self, ids: list[int], y: np.ndarray):
+        """(CF rewards per configuration, CF-limited allowed mask) for these samples, or None."""
+        if not self._ci.fitted or not ids:
+            return None
+        theta = self._theta[ids]
+        rewards = self._ci.rewards(theta, np.asarray([self._cols["config"][i] for i in ids]), y[ids])
+        allowed = self._ci.effects(theta) <= 0.0  # §3.3.3: drop configurations estimated worse than the default
+        allowed[self.space.default_index] = True
+        return rewards, allowed
+
+    # -- decision tables
+    def table_groups(self) -> dict[str, dict[int, float]]:
+        groups = {gid: self._merge(choices) for gid, choices in self._choices.items()}
+        return {"default": {self.space.default_index: 1.0}, **groups}
+
+    @staticmethod
+    def _merge(choices) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for config, p, _ in choices:
+            out[config] = out.get(config, 0.0) + p
+        return out
+
+    def table_rules(self) -> list[dict]:
+        """One rule per (/24, device) of a profile of the current serving category; unseen prefixes
+        fall to the table default (a table cannot express the tree's overlap fallback by address)."""
+        serving = self._times.serving(self._last_now)
+        rules, seen = [], set()
+        for path, _ in self._tree.profiles():
+            if path[-1] != serving or (path[2], path[4]) in seen:
+                continue
+            gid = self._lookup(path)
+            if gid is not None:
+                seen.add((path[2], path[4]))
+                rules.append({"prefix": path[2], "device": path[4], "group": gid})
+        return rules
+
+    def _lookup(self, path: tuple) -> str | None:
+        for depth in range(len(path), -1, -1):
+            gid = self._assign.get(path[:depth] + (OVERLAP,) * (len(path) - depth))
+            if gid is not None:
+                return gid
+        return None
+
+
+class AlphaGP(GPSurrogate):
+    """GPSurrogate with the fixed observation noise ``alpha`` of the bayes_opt package Config-Snob used
+    ([34], §4.2): sklearn's ``alpha`` on normalised targets equals a fixed WhiteKernel level there."""
+
+    def __init__(self, alpha: float):
+        super().__init__()
+        self._kernel = (ConstantKernel(1.0, (1e-2, 1e2)) * Matern(0.5, (5e-2, 2e1), nu=2.5)
+                        + WhiteKernel(alpha, "fixed"))
+
+
+ALPHAS = (0.1, 1e-4, 0.007)  # §4.2: alpha of BO models 1, 2, 3
+ARM_P = (0.5, 0.4, 0.1)  # §3.2.2: Best, BO model 2, BO model 3 in the steady state
+
+
+class ArmModels:
+    """The four arms of §3.2.2 computed from one group's samples (stateless between cycles: every cycle
+    refits on the group's most recent samples, which is how the paper retrains per updating cycle).
+
+    "Step size" (§3.2.2) is read as the neighbourhood searched: BO model 2 (smaller step) proposes among
+    configurations within one knob of the incumbent; BO models 1 and 3 (larger step) anywhere in the
+    CF-limited space.
+    """
+
+    def __init__(self, space, rng: np.random.Generator, policy: ConfigSnobPolicy):
+        self.space, self._rng, self.p = space, rng, policy
+        self._codes = space.encode()
+        self._lhs = space.lhs(len(space), rng)  # exploration order when a model has < 2 points
+        values = np.array([[str(c[k]) for k in space.knobs] for c in space.configs])
+        self._gps: dict[tuple, AlphaGP] = {}
+        self._near = (values[:, None, :] != values[None, :, :]).sum(axis=2) <= 1
+
+    def _table(self, ids, y, cols, ci):
+        """(reward per configuration (NaN untried), counts, CF-allowed mask) with the CF reward in place
+        of the average below ``ci_min_count`` samples (§3.3.4)."""
+        n = len(self.space)
+        configs = np.asarray([cols["config"][i] for i in ids], dtype=int)
+        counts = np.bincount(configs, minlength=n)
+        sums = np.bincount(configs, weights=np.exp(y[ids]), minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reward = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        allowed = np.ones(n, dtype=bool)
+        if ci is not None:
+            cf, allowed = ci
+            low = (counts > 0) & (counts < self.p.ci_min_count)
+            reward[low] = cf[low]
+        return reward, counts, allowed
+
+    def _propose(self, key: tuple, reward, train, alpha: float, cand_mask) -> int | None:
+        """EI maximiser of a GP (noise ``alpha``) fitted to log reward of ``train`` over ``cand_mask``."""
+        cand = np.flatnonzero(cand_mask)
+        if len(cand) == 0:
+            return None
+        if len(train) < 2:
+            return next((c for c in self._lhs if cand_mask[c]), int(cand[0]))
+        gp = self._gps.get(key)
+        if gp is None:  # kept per (group, model): hyper-parameters are re-optimised only as data grows
+            gp = self._gps[key] = AlphaGP(alpha)
+        gp.fit(self._codes[train], np.log(reward[train]))
+        best = math.exp(float(np.min(gp.predict(self._codes[train])[0])))
+        mean, std = gp.predict(self._codes[cand])
+        return maximize(lognormal_expected_improvement(mean, std, best), cand, self._rng)[0]
+
+    def group(self, gid, ids, y, cols, ci, parent, steady_ok: bool) -> list[tuple[int, float, str]]:
+        reward, counts, allowed = self._table(ids, y, cols, ci)
+        tried = np.flatnonzero(counts > 0)
+        if steady_ok and len(tried) >= self.p.steady_configs:
+            return self._steady(gid, reward, tried, allowed)
+        return [self._cold(gid, reward, tried, allowed, parent)]
+
+    def _steady(self, gid, reward, tried, allowed) -> list[tuple[int, float, str]]:
+        best = int(tried[np.argmin(reward[tried])])
+        bo2 = self._propose((gid, 2), reward, tried, ALPHAS[1], self._near[best] & allowed)
+        untried = allowed.copy()
+        untried[tried] = False
+        if len(tried) > self.p.resample_configs:  # §3.2.2 resampling from the top five
+            top = tried[np.argsort(reward[tried])[: self.p.top_resample]]
+            bo3 = self._propose((gid, 3), reward, top, ALPHAS[2], untried)
+        else:
+            bo3 = self._propose((gid, 3), reward, tried, ALPHAS[2], untried)
+        arms = ((best, "exploit"), (best if bo2 is None else bo2, "exploit"), (best if bo3 is None else bo3, "explore"))
+        return [(int(c), p, arm) for (c, arm), p in zip(arms, ARM_P)]
+
+    def _cold(self, gid, reward, tried, allowed, parent) -> tuple[int, float, str]:
+        """BO model 1: the overlap node's initial trials first (prior knowledge), then EI (§3.2.2)."""
+        for config, _, _ in sorted(parent or [], key=lambda c: -c[1]):
+            if allowed[config] and config not in tried:
+                return int(config), 1.0, "bootstrap"
+        untried = allowed.copy()
+        untried[tried] = False
+        nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
+        if nxt is None:
+            return int(tried[np.argmin(reward[tried])]), 1.0, "exploit"
+        return int(nxt), 1.0, "explore"
+
+    def overlap(self, gid, ids, y, cols, ci) -> list[tuple[int, float, str]]:
+        """Initial trials for new profiles: the best tried configurations plus BO model 1's proposal."""
+        reward, counts, allowed = self._table(ids, y, cols, ci)
+        tried = np.flatnonzero((counts > 0) & allowed)
+        if len(tried) == 0:
+            tried = np.array([self.space.default_index])
+            reward[tried] = 1.0
+        top = [int(c) for c in tried[np.argsort(reward[tried])][: self.p.n_initial - 1]]
+        untried = allowed.copy()
+        untried[counts > 0] = False
+        nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
+        picks = [(c, "bootstrap") for c in top] + ([(int(nxt), "explore")] if nxt is not None else [])
+        return [(c, 1.0 / len(picks), arm) for c, arm in picks]

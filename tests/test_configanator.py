@@ -1,0 +1,103 @@
+"""Configanator: K selection by NCSpread, DT generalisation across classes, §3.1 arm switching."""
+
+import numpy as np
+import pytest
+
+from tailor.grouping.nc import pooled_spread, select_k
+from tailor.learn.dtree import ConfigTree
+from tailor.policies import POLICIES, make_policy
+from tailor.sim import SimConfig, Simulator
+
+
+def _clustered(rng, centers, plt_spread, n=60):
+    """Rows around given centres; each cluster's default PLT has a known relative spread."""
+    rows, plt, labels = [], [], []
+    for c, (center, spread) in enumerate(zip(centers, plt_spread)):
+        rows.append(center + 0.01 * rng.standard_normal((n, len(center))))
+        plt.append(1000.0 * (c + 1) * (1.0 + spread * rng.standard_normal(n)))
+        labels += [c] * n
+    return np.vstack(rows), np.concatenate(plt), np.array(labels)
+
+
+def test_k_selection_honours_nc_spread():
+    """4 well-separated groups with 2 % PLT spread each: K=4 is the smallest K within 5 %."""
+    rng = np.random.default_rng(0)
+    centers = [np.array([0.0, 0.0]), np.array([3.0, 0.0]), np.array([0.0, 3.0]), np.array([3.0, 3.0])]
+    rows, plt, truth = _clustered(rng, centers, [0.02] * 4)
+    sites = np.zeros(len(rows), dtype=int)
+    k, spread = select_k(rows, rows, sites, plt, nc_spread=0.05, max_k=8, seed=0)
+    assert k == 4
+    assert spread[4] <= 0.05 and spread[3] > 0.05
+    assert pooled_spread(truth, sites, plt) == pytest.approx(0.02, abs=0.006)
+
+
+def test_looser_nc_spread_gives_fewer_classes():
+    rng = np.random.default_rng(1)
+    centers = [np.array([0.0, 0.0]), np.array([0.6, 0.0]), np.array([6.0, 0.0])]
+    rows, plt, _ = _clustered(rng, centers, [0.01] * 3)
+    plt[60:120] *= 1.08 / 2  # clusters 0 and 1 differ by 8 % only
+    sites = np.zeros(len(rows), dtype=int)
+    tight, _ = select_k(rows, rows, sites, plt, nc_spread=0.02, max_k=6, seed=0)
+    loose, _ = select_k(rows, rows, sites, plt, nc_spread=0.10, max_k=6, seed=0)
+    assert loose < tight
+
+
+def test_decision_tree_generalises_to_unseen_class():
+    """Trained on classes with RTT 20/40 ms (config 3) and 300/500 ms (config 7), the tree maps an unseen
+    class at 400 ms to config 7 and one at 30 ms to config 3."""
+    rng = np.random.default_rng(2)
+    X, y = [], []
+    for rtt, label in ((20, 3), (40, 3), (300, 7), (500, 7)):
+        for _ in range(100):
+            X.append([np.log(rtt * rng.uniform(0.9, 1.1)), rng.uniform(0, 3)])
+            y.append(label)
+    tree = ConfigTree(leaves=80, seed=0).fit(np.array(X), np.array(y))
+    assert tree.predict(np.array([np.log(400.0), 1.0])) == 7
+    assert tree.predict(np.array([np.log(30.0), 2.0])) == 3
+    assert ConfigTree().predict(np.zeros(2)) is None
+
+
+def test_tree_settings_are_the_papers():
+    model = ConfigTree()._model()
+    assert (model.criterion, model.min_samples_split, model.max_depth, model.max_leaf_nodes) == ("entropy", 2, None, 80)
+
+
+@pytest.fixture(scope="module")
+def run(small_scenario, oracle):
+    sim = Simulator(small_scenario, oracle, SimConfig(update_freq_s=120.0, seed=5))
+    policy = make_policy("configanator", seed=3)
+    return sim, policy, sim.run(policy).records
+
+
+def test_arm_switching_bootstrap_then_steady_state(run):
+    """Per pair: GP arms (bootstrap, explore) only before steady state; epsilon / exploit only after,
+    bootstrap first with init_samples distinct configurations, the default first among them."""
+    sim, policy, rec = run
+    assert {"bootstrap", "exploit", "epsilon"} <= set(rec["arm"])
+    for group in set(rec["group"]) - {"unknown"}:
+        arms = list(rec["arm"][rec["group"] == group])
+        steady = [i for i, a in enumerate(arms) if a in ("epsilon", "exploit")]
+        if steady:
+            assert all(a in ("epsilon", "exploit") for a in arms[steady[0]:])
+            assert policy._pairs[group].stopped
+            assert policy._pairs[group].tested >= policy.min_samples or policy._pairs[group].tested == len(sim.space)
+        if arms and arms[0] == "bootstrap":
+            configs = rec["config"][rec["group"] == group]
+            assert configs[0] == sim.space.default_index or policy._pairs[group].observations > len(arms)
+
+
+def test_steady_state_probabilities_are_the_mixture(run):
+    sim, policy, rec = run
+    n = len(sim.space)
+    eps = rec["arm"] == "epsilon"
+    exploit = rec["arm"] == "exploit"
+    assert np.all(rec["probability"][exploit] >= 1 - policy.epsilon)
+    assert np.all((rec["probability"][eps] >= policy.epsilon / n - 1e-12) & (rec["probability"][eps] <= 1))
+    assert np.all(rec["probability"][np.isin(rec["arm"], ["bootstrap", "explore"])] == 1.0)
+
+
+def test_ablations_registered_and_differ(run):
+    assert {"configanator", "configanator-nogp", "configanator-nodt"} <= set(POLICIES)
+    sim, _, rec = run
+    nogp = sim.run(make_policy("configanator-nogp", seed=3)).records
+    assert "explore" not in set(nogp["arm"]) and "explore" in set(rec["arm"])

@@ -1,0 +1,130 @@
+"""Config-Snob: profile tree, sufficiency, time categories, causal forest, bandit arms (fast)."""
+
+import numpy as np
+import pytest
+
+from tailor.context import Context, PrefixHistory
+from tailor.errors import ParameterError
+from tailor.grouping.profiles import OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories, profile_path
+from tailor.learn.causal import CausalEstimator, TreatmentEncoder, propensity_match
+from tailor.policies import make_policy
+from tailor.policies.configsnob import ARM_P
+from tailor.scenario import ClientInfo
+from tailor.space import ConfigSpace
+
+
+def _ctx(region="ca-on", asn=64512, prefix="10.1.0.0/24", access="cable", device="desktop", t=0.0):
+    client = ClientInfo("10.1.0.7", prefix, asn, region, device, access)
+    return Context(t, "s1", client, "page-light-1", 30.0, PrefixHistory(50.0, 0.001, 30.0, 3, 1.0))
+
+
+def test_unseen_profile_resolves_to_deepest_overlap_node():
+    tree = ProfileTree()
+    toronto_bell = profile_path(_ctx(region="toronto", asn=1), "weekday-offpeak")
+    toronto_rogers = profile_path(_ctx(region="toronto", asn=2, prefix="10.2.0.0/24"), "weekday-offpeak")
+    for i, path in enumerate([toronto_bell] * 3 + [toronto_rogers] * 2):
+        tree.insert(path, i)
+    assert tree.resolve(toronto_bell) == (toronto_bell, True)
+    ottawa_bell = profile_path(_ctx(region="ottawa", asn=1), "weekday-offpeak")
+    assert tree.resolve(ottawa_bell) == ((OVERLAP,) * 6, False)  # Fig. 4c: (overlap, overlap)
+    toronto_new_isp = profile_path(_ctx(region="toronto", asn=3), "weekday-offpeak")
+    key, seen = tree.resolve(toronto_new_isp)
+    assert not seen and key == ("toronto",) + (OVERLAP,) * 5
+    assert sorted(tree.node(key).samples) == [0, 1, 2, 3, 4]  # (Toronto, overlap) holds both ISPs
+    assert len(list(tree.profiles())) == 2
+
+
+def test_sufficiency_needs_k_samples_and_a_stable_reward():
+    suff = Sufficiency(k=20, stability=0.25)
+    profile = ("p",)
+    suff.record_cycle(profile, [1.0, 1.2])
+    assert not suff.sufficient(profile, 50)  # one cycle: stability unknown
+    suff.record_cycle(profile, [1.1, 1.1])
+    assert suff.sufficient(profile, 20) and not suff.sufficient(profile, 19)
+    suff.record_cycle(profile, [2.0])  # reward jumped by ~80 %
+    assert suff.reward_change(profile) == pytest.approx(0.818, abs=1e-3)
+    assert not suff.sufficient(profile, 100)
+
+
+def test_time_categories_and_spike_fallback():
+    times = TimeCategories(start_hour=17.0, start_weekday=0)
+    assert times.category(0.0) == "weekday-offpeak"
+    assert times.category(2.5 * 3600) == "weekday-peak"  # 19:30 on Monday
+    assert times.category(5 * 86400.0) == "weekend"
+    for cycle in range(6):
+        assert not times.update(3 * 3600 + cycle * 300, 3.0 + 0.01 * (cycle % 2))
+    times.update(0.0, 3.0)  # (off-peak seen earlier in this run)
+    t_peak = 3 * 3600 + 2000.0
+    for cycle in range(6):
+        times.update(t_peak + cycle, 3.0 + 0.01 * (cycle % 2))
+    assert times.update(t_peak + 10, 1.0)  # goodput collapses: a spike
+    assert times.serving(t_peak + 10) == "weekday-offpeak"  # previous category answers
+    assert not times.update(t_peak + 20, 3.0) and times.serving(t_peak + 20) == "weekday-peak"
+
+
+def test_profile_groups_cluster_by_network_condition():
+    rows = np.array([[4.0, 0.1, 3.0], [4.1, 0.1, 3.1], [0.0, 2.0, 5.0], [0.1, 2.1, 5.1]])
+    labels = ProfileGroups(k=2).fit(rows)
+    assert labels[0] == labels[1] != labels[2] == labels[3]
+
+
+def test_causal_forest_recovers_sign_and_size_of_a_known_effect():
+    """y = log CT; BBR lowers it by 0.30 on lossy paths and HTTP/2 raises it by 0.10 -- confounded:
+    lossy clients get BBR more often."""
+    space = ConfigSpace.named("core")
+    rng = np.random.default_rng(0)
+    n = 2400
+    X = np.column_stack([rng.normal(2, 1, n), rng.uniform(0, 3, n), rng.normal(3.5, 0.3, n), rng.normal(12, 1, n)])
+    bbr = [i for i, c in enumerate(space.configs) if c["tcp.congestion_control"] == "bbr"]
+    other = [i for i in range(len(space)) if i not in bbr]
+    lossy = X[:, 1] > 1.5
+    configs = np.where(rng.random(n) < np.where(lossy, 0.6, 0.2), rng.choice(bbr, n), rng.choice(other, n))
+    is_bbr = np.isin(configs, bbr)
+    h2 = np.array([space.configs[c]["http.version"] == "2" for c in configs])
+    y = 0.5 * X[:, 1] - 0.3 * is_bbr * lossy + 0.1 * h2 + rng.normal(0, 0.1, n)
+    est = CausalEstimator(space, seed=0)
+    assert est.fit(X, configs, y) and est.diagnostics["overlap"]
+    delta = est.effects(est.theta(X[lossy]))
+    default = space.configs[space.default_index]
+    to_bbr = space.index_of(type(default)({**default, "tcp.congestion_control": "bbr"}))
+    to_h2 = space.index_of(type(default)({**default, "http.version": "2"}))
+    assert -0.45 < delta[to_bbr] < -0.15  # true -0.30 on lossy paths
+    assert 0.03 < delta[to_h2] < 0.2  # true +0.10
+    assert abs(est.effects(est.theta(X[~lossy]))[to_bbr]) < 0.12  # no effect on clean paths
+
+
+def test_treatment_encoding_and_overlap_check():
+    space = ConfigSpace.named("core")
+    enc = TreatmentEncoder(space)
+    assert not enc([space.default_index]).any()  # the default is the zero treatment
+    rng = np.random.default_rng(1)
+    X = np.concatenate([rng.normal(0, 0.1, 100), rng.normal(5, 0.1, 100)])[:, None]
+    idx, info = propensity_match(X, X[:, 0] > 2.5)  # treatment fully determined by X: no overlap
+    assert idx is None and not info["overlap"]
+    idx, info = propensity_match(X, np.arange(200) % 2 == 0)
+    assert info["overlap"] and len(idx) > 150
+
+
+def test_bandit_arm_probabilities(small_scenario, oracle):
+    """Steady groups publish Best 0.5 / BO2 0.4 / BO3 0.1 (§3.2.2); cold groups one BO1 choice."""
+    from tailor.sim import SimConfig, Simulator
+
+    sim = Simulator(small_scenario, oracle, SimConfig(update_freq_s=120.0, seed=5))
+    policy = make_policy("config-snob", seed=0, k_samples=5, steady_configs=3)
+    sim.run(policy)
+    clusters = [c for g, c in policy._choices.items() if g.startswith("g")]
+    steady = [c for c in clusters if len(c) == 3]
+    assert steady, "no steady profile group formed"
+    assert all(len(c) == 1 for c in clusters if len(c) != 3)  # cold clusters: BO model 1 only
+    for choices in steady:
+        assert [p for _, p, _ in choices] == list(ARM_P)
+        assert [a for _, _, a in choices] == ["exploit", "exploit", "explore"]
+    for gid, choices in policy._choices.items():
+        assert abs(sum(p for _, p, _ in choices) - 1.0) < 1e-9
+        if gid.startswith("p:"):
+            assert len(choices) == 1 and choices[0][1] == 1.0
+
+
+def test_bad_parameter_is_a_house_error():
+    with pytest.raises(ParameterError, match=r"The 'reward' parameter of ConfigSnobPolicy must be"):
+        make_policy("config-snob", reward="mean")

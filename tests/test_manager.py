@@ -1,0 +1,352 @@
+"""The manager: ingestion semantics, auth, tables (ETag, long-poll, overrides), restart, guardrails."""
+
+import copy
+import json
+import math
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from tailor.cli import main
+from tailor.errors import ParameterError, TableError
+from tailor.manager import fastcheck
+from tailor.manager.api import create_app
+from tailor.manager.config import ManagerConfig
+from tailor.manager.guardrails import (GuardConfig, GuardState, apply_guardrails, cap_exploration, check_rollbacks,
+                                       move_to_default, sticky)
+from tailor.manager.synth import SyntheticEdge
+from tailor.manager.testing import LiveServer
+from tailor.space import AllowedConfig, ConfigSpace
+from tailor.space.knobs import SPEC_DIR
+from tailor.telemetry import TelemetryError, validate_batch
+
+TOKEN = "test-token-123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+T0 = 1_795_000_000.0
+VALID = json.loads((SPEC_DIR / "vectors/telemetry/valid.json").read_text())["batch"]
+INVALID = json.loads((SPEC_DIR / "vectors/telemetry/invalid.json").read_text())["cases"]
+SPACE = ConfigSpace.named("core")
+DEFAULT = SPACE.configs[SPACE.default_index].id
+OTHER = [c.id for c in SPACE.configs if c.id != DEFAULT]
+PREFIXES = [f"10.{i}.{j}.0/24" for i in range(2) for j in range(10)]
+
+
+def cfg(tmp_path, **kw) -> ManagerConfig:
+    return ManagerConfig(data_dir=str(tmp_path / "data"), token=TOKEN, update_freq_s=0, **kw)
+
+
+def record(i: int = 0, **kw) -> dict:
+    rec = {"time": T0 + i, "kind": "pageload", "client_prefix": "10.1.2.0/24", "config_id": DEFAULT,
+           "table_version": 1, "plt_ms": 1000.0 + i, "handshake_rtt_ms": 50.0, "bytes_sent": 1000, "bytes_acked": 1000,
+           "duration_ms": 100.0, "sni": "shop.example", "device": "desktop"}
+    return {**rec, **kw}
+
+
+def batch(records) -> bytes:
+    return json.dumps({"schema": "tailor.telemetry/v1", "source": "edge-t", "dropped": 0, "records": records}).encode()
+
+
+def error_of(fn, doc):
+    try:
+        fn(doc)
+    except TelemetryError as err:
+        return str(err)
+    return None
+
+
+# -- fast validation keeps validate_batch's semantics
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_fastcheck_agrees_on_invalid_vectors(name):
+    case = INVALID[name]
+    slow, fast = error_of(validate_batch, case["batch"]), error_of(fastcheck.validate_batch_fast, case["batch"])
+    assert fast == slow and f"telemetry field {case['field']}:" in fast and case["contains"] in fast
+
+
+def test_fastcheck_agrees_on_valid_vector_and_mutations():
+    assert fastcheck.validate_batch_fast(VALID) is VALID
+    rng = np.random.default_rng(7)
+    values = [None, -1, 0, 0.5, 1, 1.5, 2.0, True, "x", "c-0123456789", [], {}, 1e12]
+    for _ in range(400):
+        doc = copy.deepcopy(VALID)
+        rec = doc["records"][int(rng.integers(3))]
+        key = str(rng.choice(sorted(fastcheck.PROPS) + ["bogus"]))
+        if rng.random() < 0.2:
+            rec.pop(key, None)
+        else:
+            rec[key] = values[int(rng.integers(len(values)))]
+        assert error_of(fastcheck.validate_batch_fast, doc) == error_of(validate_batch, doc), (key, rec.get(key))
+
+
+def test_fastcheck_refuses_unknown_schema_keywords():
+    with pytest.raises(TelemetryError, match="multipleOf"):
+        fastcheck.compile_property({"type": "number", "multipleOf": 2})
+
+
+# -- auth
+def test_every_write_needs_the_token(tmp_path):
+    app = create_app(cfg(tmp_path))
+    writes = [("post", "/v1/telemetry", batch([record()])), ("post", "/v1/table", json.dumps(VALID).encode()),
+              ("delete", "/v1/table/override", None), ("post", "/v1/cycle", None)]
+    with TestClient(app) as c:
+        for method, path, body in writes:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}, {"Authorization": "Basic x"}):
+                r = c.request(method, path, content=body, headers=headers)
+                assert r.status_code == 401, (method, path, headers)
+        assert app.state.manager.store.telemetry_count() == 0
+        assert c.post("/v1/telemetry", content=batch([record()]), headers=AUTH).status_code == 202
+
+
+def test_refuses_to_start_without_token(tmp_path, monkeypatch, capsys):
+    with pytest.raises(ParameterError, match="TAILOR_TOKEN"):
+        ManagerConfig(data_dir=str(tmp_path))
+    monkeypatch.delenv("TAILOR_TOKEN", raising=False)
+    assert main(["manager", "--data", str(tmp_path / "d"), "--listen", "127.0.0.1:1"]) == 2
+    assert "TAILOR_TOKEN" in capsys.readouterr().err
+    assert ManagerConfig(data_dir=str(tmp_path), insecure_dev=True).token is None
+
+
+# -- ingestion
+def test_malformed_flood_rejected_good_records_stored(tmp_path):
+    app = create_app(cfg(tmp_path))
+    bad = [record(i, kind="flow") for i in range(500)] + [record(i, bytes_sent=-5) for i in range(500)]
+    good = [record(i) for i in range(100)]
+    mixed = bad[:500] + good + bad[500:] + [record(1, client_prefix="not-an-ip")]
+    with TestClient(app) as c:
+        r = c.post("/v1/telemetry", content=batch(mixed), headers=AUTH)
+        assert r.status_code == 202
+        body = r.json()
+        assert (body["accepted"], body["rejected"]) == (100, 1001)
+        assert body["errors"][0].startswith("telemetry field records[0].kind: 'flow' is not one of")
+        r = c.post("/v1/telemetry", content=batch(bad), headers=AUTH)  # nothing valid
+        assert r.status_code == 400 and r.json()["rejected"] == 1000
+        for junk in (b"{not json", b"[]", json.dumps({"schema": "tailor.telemetry/v2", "source": "e", "records": []}).encode()):
+            assert c.post("/v1/telemetry", content=junk, headers=AUTH).status_code == 400
+        app.state.manager.flush()
+        assert app.state.manager.store.telemetry_count() == 100
+        prefix = app.state.manager.store.query("SELECT DISTINCT client_prefix FROM telemetry")
+        assert prefix == [("10.1.2.0/24",)]
+        metrics = c.get("/metrics").text
+        assert "tailor_ingest_rejected_records_total 2001.0" in metrics
+        assert "tailor_ingest_records_total 100.0" in metrics
+
+
+def test_request_size_bounded_and_queue_overflow_counted(tmp_path):
+    app = create_app(cfg(tmp_path, max_body_bytes=4096, queue_records=30))
+    with TestClient(app) as c:
+        big = batch([record(i) for i in range(40)])
+        assert len(big) > 4096 and c.post("/v1/telemetry", content=big, headers=AUTH).status_code == 413
+        assert c.post("/v1/telemetry", content=batch([record(i) for i in range(10)]), headers=AUTH).status_code == 202
+        assert c.post("/v1/telemetry", content=batch([record(i) for i in range(10)]), headers=AUTH).status_code == 202
+        r = c.post("/v1/telemetry", content=batch([record(i) for i in range(11)]), headers=AUTH)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.json()["dropped"] == 11
+        assert "tailor_ingest_dropped_records_total 11.0" in c.get("/metrics").text
+
+
+def test_feed_mapping(tmp_path):
+    app = create_app(cfg(tmp_path))
+    conn = {"time": T0, "kind": "connection", "client_prefix": "10.7.7.0/24", "config_id": DEFAULT, "table_version": 1,
+            "group": "g1", "handshake_rtt_ms": 80.0, "max_delivery_rate_Bps": 250000.0, "bytes_sent": 100000,
+            "bytes_retrans": 2000, "duration_ms": 900.0}
+    resp = {"time": T0 + 1, "kind": "response", "client_prefix": "10.7.7.0/24", "config_id": DEFAULT,
+            "table_version": 1, "group": "g1", "ttfb_ms": 100.0, "ttlb_ms": 400.0, "object_bytes": 100000}
+    with TestClient(app) as c:
+        assert c.post("/v1/telemetry", content=batch([conn, resp]), headers=AUTH).status_code == 202
+        mgr = app.state.manager
+        mgr.run_cycle(now=T0 + 10)
+        h = mgr.archive.get("10.7.7.0/24", T0 + 10)
+        # first sample: goodput 2 Mbit/s (rate x 8), loss 0.02, rtt 80; second: 100 kB x 8 / 400 ms = 2 Mbit/s
+        assert h.samples == 1 and math.isclose(h.goodput_mbps, 2.0) and math.isclose(h.loss, 0.02)
+        stats = mgr.guard.treated["g1"][DEFAULT]
+        assert stats.n == 2 and math.isclose(stats.mean, (math.log(900.0) + math.log(400.0)) / 2)
+
+
+# -- tables
+def test_etag_304_and_long_poll(tmp_path):
+    app = create_app(cfg(tmp_path))
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=10) as c:
+        r = c.get("/v1/table")
+        etag, version = r.headers["etag"], r.json()["version"]
+        assert c.get("/v1/table", headers={"If-None-Match": etag}).status_code == 304
+        started = time.monotonic()
+        assert c.get(f"/v1/table?wait=0.3&version={version}", headers={"If-None-Match": etag}).status_code == 304
+        assert 0.25 <= time.monotonic() - started < 3
+        table = copy.deepcopy(r.json())
+        table["groups"].append({"id": "extra", "choices": [{"config": table["default"], "p": 1.0}]})
+        timer = threading.Timer(0.3, lambda: httpx.post(url + "/v1/table", json=table, headers=AUTH, timeout=10))
+        timer.start()
+        started = time.monotonic()
+        r = c.get(f"/v1/table?wait=20&version={version}", headers={"If-None-Match": etag})
+        timer.join()
+        assert r.status_code == 200 and r.json()["version"] == version + 1 and time.monotonic() - started < 5
+        assert r.headers["etag"] != etag
+
+
+def test_operator_table_validation_and_audit(tmp_path):
+    app = create_app(cfg(tmp_path, allowed="NoBBR"))
+    with TestClient(app) as c:
+        table = c.get("/v1/table").json()
+        bad = copy.deepcopy(table)
+        bad["groups"] = [{"id": "g", "choices": [{"config": DEFAULT, "p": 1.5}]}]
+        r = c.post("/v1/table", json=bad, headers=AUTH)
+        assert r.status_code == 400 and "groups[0].choices[0].p" in r.json()["error"]
+        bbr = next(c_ for c_ in SPACE.configs if c_["tcp.congestion_control"] == "bbr")
+        bad = dict(copy.deepcopy(table), configs={**table["configs"], bbr.id: dict(bbr.changes())},
+                   groups=[{"id": "g", "choices": [{"config": bbr.id, "p": 1.0}]}])
+        r = c.post("/v1/table", json=bad, headers=AUTH)
+        assert r.status_code == 400 and "groups[0].choices[0].config" in r.json()["error"] and "AllowedConfig" in r.json()["error"]
+        assert c.post("/v1/table", content=b"{", headers=AUTH).status_code == 400
+        good = dict(copy.deepcopy(table), holdback=0.05, groups=[{"id": "g", "choices": [{"config": DEFAULT, "p": 1.0}]}],
+                    rules=[{"prefix": "10.0.0.0/8", "group": "g"}])
+        r = c.post("/v1/table", json=good, headers={**AUTH, "X-Tailor-Reason": "incident 42"})
+        assert r.status_code == 200 and r.json()["version"] == table["version"] + 1
+        now = c.get("/v1/table").json()
+        assert now["rules"] == good["rules"] and now["holdback"] == 0.2  # holdback guardrail enforced
+        audit = c.get("/v1/audit").json()
+        assert audit[0]["action"] == "override" and audit[0]["reason"] == "incident 42"
+        c.post("/v1/telemetry", content=batch([record(i) for i in range(50)]), headers=AUTH)
+        assert c.post("/v1/cycle", headers=AUTH).json()["version"] == now["version"]  # pinned
+        assert c.delete("/v1/table/override", headers=AUTH).status_code == 200
+        assert c.post("/v1/cycle", headers=AUTH).json()["version"] == now["version"] + 1
+        assert c.get("/v1/table").json()["rules"] != good["rules"]
+
+
+# -- restart
+def closed_loop(c, edge, cycles, n, t0):
+    """Edge applies the current table, reports n records, the manager runs a cycle; returns the summaries."""
+    out = []
+    for k in range(cycles):
+        edge.apply(c.get("/v1/table").json())
+        assert c.post("/v1/telemetry", content=json.dumps(edge.batch(n, t0 + 100 * k)), headers=AUTH).status_code == 202
+        out.append(c.app.state.manager.run_cycle(now=t0 + 100 * k + 99))
+    return out
+
+
+def test_restart_resumes_table_and_learned_state(tmp_path):
+    edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0 if cid == DEFAULT else 0.8, seed=3)
+    with TestClient(create_app(cfg(tmp_path))) as c:
+        closed_loop(c, edge, 3, 1500, T0)
+        before = c.get("/v1/table")
+        mgr = c.app.state.manager
+        stats = {k: v.counts.tolist() for k, v in mgr.policy._stats.items()}
+        guard, archive_n, fed = copy.deepcopy(mgr.guard), len(mgr.archive), mgr.fed_seq
+    with TestClient(create_app(cfg(tmp_path))) as c:
+        mgr = c.app.state.manager
+        after = c.get("/v1/table")
+        assert after.headers["etag"] == before.headers["etag"] and after.json() == before.json()
+        assert {k: v.counts.tolist() for k, v in mgr.policy._stats.items()} == stats
+        assert mgr.guard == guard and len(mgr.archive) == archive_n and mgr.fed_seq == fed
+        assert mgr.run_cycle(now=T0 + 1000).rows == 0  # nothing fed twice
+    with pytest.raises(ParameterError, match="fresh --data"):
+        create_app(cfg(tmp_path, policy="brute-nc"))
+
+
+def test_retention_deletes_old_telemetry(tmp_path):
+    app = create_app(cfg(tmp_path, retention_days=1.0))
+    with TestClient(app) as c:
+        recs = [record(i, time=T0 - 3 * 86400 + i) for i in range(20)] + [record(i, time=T0 + i) for i in range(30)]
+        c.post("/v1/telemetry", content=batch(recs), headers=AUTH)
+        summary = app.state.manager.run_cycle(now=T0 + 100)
+        assert summary.deleted == 20 and summary.rows == 50
+        assert app.state.manager.store.telemetry_count() == 30
+
+
+# -- guardrails as units
+def stream(state, rng, group, config, factor, n, hold_share=0.2, look_every=50, cfg_=GuardConfig()):
+    """Feed n synthetic log-normal page loads; run the rollback check every look_every; first event index."""
+    for i in range(n):
+        hold = rng.random() < hold_share
+        state.observe(group, DEFAULT if hold else config, 1000.0 * (1 if hold else factor) * math.exp(0.5 * rng.standard_normal()), hold)
+        if i % look_every == look_every - 1 and check_rollbacks(state, cfg_, DEFAULT):
+            return i
+    return None
+
+
+def test_rollback_triggers_when_clearly_worse_and_not_on_equal_streams():
+    for seed in range(5):
+        state = GuardState(incumbent={"g": OTHER[0]})
+        at = stream(state, np.random.default_rng(seed), "g", OTHER[0], 1.3, 4000)
+        assert at is not None and at < 2000
+        assert state.incumbent["g"] == DEFAULT and OTHER[0] in state.blocked["g"]
+        table = {"default": DEFAULT, "configs": {DEFAULT: {}, OTHER[0]: dict(SPACE.configs[1].changes())},
+                 "groups": [{"id": "g", "choices": [{"config": OTHER[0], "p": 1.0}]}], "rules": []}
+        out, _ = apply_guardrails(table, state, GuardConfig())
+        assert out["groups"][0]["choices"] == [{"config": DEFAULT, "p": 1.0}]
+    for seed in range(20):
+        state = GuardState(incumbent={"g": OTHER[0]})
+        assert stream(state, np.random.default_rng(100 + seed), "g", OTHER[0], 1.0, 4000) is None
+
+
+def test_stickiness_needs_confident_improvement():
+    rng = np.random.default_rng(1)
+    cand = OTHER[3]
+    choices = [{"config": cand, "p": 0.9}, {"config": DEFAULT, "p": 0.1}]
+
+    def state_with(factor, n):
+        st = GuardState()
+        for _ in range(n):
+            st.observe("g", DEFAULT, 1000 * math.exp(0.3 * rng.standard_normal()), False)
+            st.observe("g", cand, 1000 * factor * math.exp(0.3 * rng.standard_normal()), False)
+        return st
+
+    for factor, n in ((0.99, 5000), (0.7, 10)):  # too small an improvement / too little evidence
+        st = state_with(factor, n)
+        out, note = sticky(choices, "g", st, GuardConfig(), DEFAULT)
+        assert note is None and max(out, key=lambda c: c["p"])["config"] == DEFAULT
+        assert {c["config"]: c["p"] for c in out}[cand] >= 0.05  # still probed
+    st = state_with(0.8, 300)
+    out, note = sticky(choices, "g", st, GuardConfig(), DEFAULT)
+    assert out == choices and note and st.incumbent["g"] == cand
+
+
+def test_exploration_budget_and_allowed_config():
+    choices = [{"config": c, "p": 0.25} for c in OTHER[:4]]
+    capped = cap_exploration(choices, 0.1)
+    assert math.isclose(sum(c["p"] for c in capped), 1.0) and math.isclose(max(c["p"] for c in capped), 0.9)
+    assert cap_exploration([{"config": DEFAULT, "p": 0.95}, {"config": OTHER[0], "p": 0.05}], 0.1)[0]["p"] == 0.95
+    moved = move_to_default(choices, {OTHER[0], OTHER[1]}, DEFAULT)
+    assert {c["config"]: c["p"] for c in moved}[DEFAULT] == 0.5
+    bbr = [c for c in SPACE.configs if c["tcp.congestion_control"] == "bbr"][:2]
+    table = {"default": DEFAULT, "configs": {DEFAULT: {}, **{c.id: dict(c.changes()) for c in bbr}},
+             "groups": [{"id": "g", "choices": [{"config": bbr[0].id, "p": 0.5}, {"config": bbr[1].id, "p": 0.5}]}],
+             "rules": [], "holdback": 0.0}
+    out, notes = apply_guardrails(table, GuardState(), GuardConfig(allowed=AllowedConfig.parse("NoBBR")))
+    assert out["groups"][0]["choices"] == [{"config": DEFAULT, "p": 1.0}] and out["holdback"] == 0.2 and notes
+    with pytest.raises(TableError):
+        from tailor.manager.guardrails import check_allowed
+        check_allowed(table, AllowedConfig.parse("NoBBR"))
+
+
+def test_closed_loop_learns_and_improves_over_holdback(tmp_path):
+    rng = np.random.default_rng(0)
+    factors = {c.id: (1.0 if c.id == DEFAULT else float(rng.uniform(0.7, 1.4))) for c in SPACE.configs}
+    edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: factors[cid], seed=5)
+    with TestClient(create_app(cfg(tmp_path))) as c:
+        summaries = closed_loop(c, edge, 12, 3000, T0)
+        mgr = c.app.state.manager
+        assert len(mgr.current.doc["rules"]) > 0 and len(mgr.current.doc["groups"]) > 1
+        assert mgr.current.doc["holdback"] == 0.2
+        # the best configuration is ~30% faster; the first cycle runs the default for everyone
+        assert abs(summaries[0].window_improvement) < 0.05 and summaries[-1].window_improvement > 0.1
+        metrics = c.get("/metrics").text
+        for name in ("tailor_update_cycle_seconds_count", "tailor_groups", "tailor_improvement_vs_holdback",
+                     "tailor_ingest_records_per_second"):
+            assert name in metrics
+
+
+def test_compile_fast_matches_compile_table(tmp_path):
+    from tailor.manager.publish import compile_fast
+    from tailor.table import compile_table
+
+    edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0, seed=4)
+    with TestClient(create_app(cfg(tmp_path))) as c:
+        closed_loop(c, edge, 2, 1500, T0)
+        policy = c.app.state.manager.policy
+        fast, slow = compile_fast(policy, T0), compile_table(policy, T0, 1)
+        assert fast == slow and len(fast["rules"]) > 0
+    policy.table_rules = lambda: [{"prefix": "10.0.0.0/8", "group": "default", "weight": 1}]
+    with pytest.raises(TableError, match=r"rules\[0\]"):
+        compile_fast(policy, T0)

@@ -23,6 +23,8 @@ from tailor.scenario import Scenario
 from tailor.sim import RunResult, SimConfig, Simulator
 
 BASELINES = ("default", "random", "optimal", "optimal-stale", "brute", "brute-nc", "bo", "bo-nc", "cherrypick-nc", "mab-nc")
+SEED_SYSTEMS = ("configanator", "config-snob", "smartiw")
+DEFAULT_POLICIES = BASELINES + SEED_SYSTEMS  # what `tailor evaluate` runs without --policies
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Command line: `tailor evaluate`, `tailor knobs`, `tailor scenario`, `tailor table`."""
+"""Command line: `tailor evaluate`, `tailor knobs`, `tailor scenario`, `tailor table`, `tailor manager`."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--mode", choices=("online", "table"), default="online",
                     help="online: the policy picks per connection; table: edges apply compiled decision tables")
     ev.add_argument("--perf-memory", type=int, default=None, help="PerfMemory: samples kept per configuration (0 = all)")
+    ev.add_argument("--oracle", choices=("auto", "model", "measured"), default="auto",
+                    help="auto: the measured testbed dataset when it covers the space and websites, else the model")
     ev.add_argument("--no-report", action="store_true", help="skip the HTML report")
     sub.add_parser("knobs", help="list the knob registry")
     sc = sub.add_parser("scenario", help="load a scenario (name or file), validate it and summarize it")
@@ -37,6 +39,18 @@ def _build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--seed", type=int, default=0)
     tb = sub.add_parser("table", help="validate a decision table file")
     tb.add_argument("path")
+    st = sub.add_parser("study", help="side studies of a learner (Configanator: K scaling, knobs, fairness, ...)")
+    st.add_argument("learner", choices=("configanator",))
+    st.add_argument("--only", default=None, help="comma list of studies (default: all)")
+    st.add_argument("--sessions", type=int, default=600, help="sessions of the default scenario (default 600)")
+    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--out", default="out/study-configanator")
+    from tailor.testbed.cli import add_parser as _add_testbed
+
+    _add_testbed(sub)
+    from tailor.manager.server import add_arguments as _add_manager
+
+    _add_manager(sub.add_parser("manager", help="run the manager: telemetry in, decision tables out (docs/manager.md)"))
     return p
 
 
@@ -51,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _build_parser().parse_args(argv)
     try:
-        return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table}[args.command](args, argv)
+        return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table, "study": _study, "testbed": _testbed,
+                "manager": _manager}[args.command](args, argv)
     except TailorError as err:
         print(f"tailor: error: {err}", file=sys.stderr)
         return 2
@@ -89,6 +104,33 @@ def _table(args, argv) -> int:
 
     doc = load_table(Path(args.path))
     print(f"ok: version {doc['version']}, {len(doc['groups'])} groups, {len(doc['rules'])} rules")
+    return 0
+
+
+def _testbed(args, argv) -> int:
+    from tailor.testbed.cli import run
+
+    return run(args)
+
+
+def _manager(args, argv) -> int:
+    from tailor.manager.server import run
+
+    return run(args)
+
+
+def _study(args, argv) -> int:
+    from tailor.eval.studies import STUDIES, run_studies
+    from tailor.oracle.select import default_oracle
+    from tailor.scenario import load_scenario
+
+    names = args.only.split(",") if args.only else list(STUDIES)
+    unknown = sorted(set(names) - set(STUDIES))
+    if unknown:
+        raise TailorError(f"The 'only' parameter must name studies in {sorted(STUDIES)}. Got {unknown}.")
+    oracle = default_oracle()
+    scn = load_scenario("default", n_sessions=args.sessions, seed=args.seed, websites=sorted(oracle.websites))
+    run_studies(names, scn, oracle, args.seed, Path(args.out))
     return 0
 
 

@@ -14,14 +14,14 @@ from scipy import stats
 
 from tailor.eval.report import COLUMNS, render
 from tailor.eval.run import DEFAULT_POLICIES, evaluate, write_results
-from tailor.oracle.select import default_oracle
+from tailor.oracle.select import select_oracle
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig
 
 
 def run_evaluate(args, argv) -> int:
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(DEFAULT_POLICIES)
-    oracle = default_oracle()
+    oracle = select_oracle(args.oracle)
     seeds = [args.seed + k for k in range(args.repeat)]
     root = Path(args.out or f"out/evaluate-{Path(str(args.scenario)).stem}-s{args.seed}")
     err = Console(stderr=True)

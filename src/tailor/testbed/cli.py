@@ -1,0 +1,74 @@
+"""`tailor testbed measure|check-iw`: argument parsing for the testbed (kept here so tailor/cli.py stays small)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+DEFAULT_OUT = "data/oracle/tb-v1"
+
+
+def add_parser(sub) -> None:
+    tb = sub.add_parser("testbed", help="measure the real PLT tensor in namespaces (root; nginx, curl)")
+    tsub = tb.add_subparsers(dest="testbed_command", required=True)
+    m = tsub.add_parser("measure", help="run a measurement plan (resumable) into a dataset directory")
+    m.add_argument("--plan", required=True, help="plan JSON (e.g. data/oracle/plans/core.json)")
+    m.add_argument("--out", default=DEFAULT_OUT, help=f"dataset directory (default {DEFAULT_OUT})")
+    m.add_argument("--parallel", type=int, default=4, help="concurrent jobs on slow links (default 4)")
+    m.add_argument("--budget-min", type=float, default=None, help="start no job after this many minutes")
+    m.add_argument("--requeue-lateness-ms", type=float, default=None,
+                   help="re-measure fetches of runs whose emulator p99 lateness exceeded this (ms)")
+    iw = tsub.add_parser("check-iw", help="count data packets of the first RTT for configured initial windows")
+    iw.add_argument("--iw", default="4,10,32", help="comma list of initial windows (default 4,10,32)")
+    iw.add_argument("--cc", default="cubic,bbr", help="comma list of congestion controls (default cubic,bbr)")
+    iw.add_argument("--rtt", type=float, default=200.0, help="emulated RTT in ms (default 200)")
+    iw.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+
+
+def run(args) -> int:
+    if args.testbed_command == "measure":
+        return _measure(args)
+    return _check_iw(args)
+
+
+def _measure(args) -> int:
+    from tailor.testbed.measure import measure
+    from tailor.testbed.plan import Plan
+
+    _interrupt_on_term()
+    budget = args.budget_min * 60 if args.budget_min else None
+    prov = measure(Plan.load(args.plan), Path(args.out), parallel=args.parallel, budget_s=budget,
+                   requeue_lateness_ms=args.requeue_lateness_ms)
+    keys = ("rows", "ok_rows", "fetches_ok", "fetches_failed", "jobs_skipped_budget", "started_utc", "finished_utc")
+    print(json.dumps({k: prov.get(k) for k in keys}))
+    return 0 if prov.get("fetches_failed", 0) == 0 else 1
+
+
+def _interrupt_on_term() -> None:
+    """SIGTERM and SIGINT (ignored in `cmd &` background jobs) both stop a run cleanly: running harnesses get
+    SIGTERM (they tear their namespaces down) and the journal is compacted."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _check_iw(args) -> int:
+    from tailor.testbed.iwcheck import check_iw
+    from tailor.testbed.server import tailor_link_binary
+
+    tl_bin, bad = tailor_link_binary(), 0
+    if not args.json:
+        print(f"{'cc':6} {'IW':>4} {'1st flight':>10} {'2nd flight':>10} {'data pkts':>9}  result")
+    for cc in args.cc.split(","):
+        for iw in (int(x) for x in args.iw.split(",")):
+            r = check_iw(tl_bin, cc.strip(), iw, rtt_ms=args.rtt)
+            bad += not r.ok
+            if args.json:
+                print(json.dumps({**r.__dict__, "ok": r.ok}))
+            else:
+                print(f"{r.cc:6} {r.iw:>4} {r.first_flight:>10} {r.second_flight:>10} {r.data_packets:>9}  "
+                      f"{'PASS' if r.ok else 'FAIL'}")
+    return 1 if bad else 0

@@ -1,0 +1,144 @@
+"""Measurement plans: which (condition, workload, configuration) points to measure, and how often.
+
+A plan is a JSON file. A *job* is one emulator run for one (condition, transport configuration): transport
+knobs are per route, so they are fixed for the life of a link, while the HTTP version and the object are
+chosen per fetch. Inside a job fetches are interleaved (repetition-major) so that slow drift of the shared
+machine's load spreads over every point instead of biasing one. Every fetch has a stable *key*; a resumed
+run skips keys already stored.
+
+>>> plan = Plan.from_dict({"conditions": ["wpt-cable"], "sizes": [10240], "reps": 2,
+...                        "configs": [{"cc": "cubic", "iw": 10}], "http": ["1.1", "2"]})
+>>> [len(j.fetches) for j in plan.jobs()]
+[4]
+>>> plan.jobs()[0].fetches[0].key
+'wpt-cable|cubic|iw10|rto200|h1.1|10240|r0'
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tailor.errors import ParameterError, check
+from tailor.testbed.conditions import CATALOG, Condition, condition_from_dict
+
+CCS = ("cubic", "bbr", "reno")  # built into this kernel (spec/knobs.json tcp.congestion_control)
+HTTP_VERSIONS = ("1.1", "2")
+KB = 1024
+
+
+@dataclass(frozen=True)
+class Transport:
+    """Per-route transport knobs of one job (``ip route ... congctl/initcwnd/rto_min``)."""
+
+    cc: str = "cubic"
+    iw: int = 10
+    rto_min_ms: int = 200
+
+    def __post_init__(self):
+        check(self.cc in CCS, "Transport", "cc", f"one of {CCS}", self.cc)
+        check(1 <= self.iw <= 256, "Transport", "iw", "in [1, 256]", self.iw)
+        check(8 <= self.rto_min_ms <= 200, "Transport", "rto_min_ms", "in [8, 200]", self.rto_min_ms)
+
+    def route_opts(self) -> str:
+        opts = f"initcwnd {self.iw} congctl {self.cc}"
+        return opts + (f" rto_min {self.rto_min_ms}ms" if self.rto_min_ms != 200 else "")
+
+    def tag(self) -> str:
+        return f"{self.cc}|iw{self.iw}|rto{self.rto_min_ms}"
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """One curl fetch inside a job."""
+
+    key: str
+    http: str
+    size: int
+    rep: int
+
+
+@dataclass(frozen=True)
+class Job:
+    condition: Condition
+    transport: Transport
+    fetches: tuple[Fetch, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.condition.name}|{self.transport.tag()}"
+
+    def estimate_s(self) -> float:
+        return sum(estimate_fetch_s(self.condition, f.size) for f in self.fetches) + 1.5
+
+
+def estimate_fetch_s(c: Condition, size: int) -> float:
+    """Rough wall time of one fetch: 4 RTT (TCP, TLS, request, slow start) + serialization, inflated by loss."""
+    return (4 * c.rtt_ms / 1000 + size * 8 / (c.down_mbps * 1e6) * 1.05) * (1 + 30 * c.loss) + 0.05
+
+
+@dataclass
+class Plan:
+    conditions: list[Condition]
+    sizes: list[int]
+    transports: list[Transport]
+    http: list[str] = field(default_factory=lambda: list(HTTP_VERSIONS))
+    reps: int = 3
+    max_fetch_s: float = 60.0  # skip a (condition, size) whose estimated fetch is longer (recorded as missing)
+    seed: int = 1
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        conds = [CATALOG[c] if isinstance(c, str) and c in CATALOG else _cond(c) for c in d["conditions"]]
+        transports = [Transport(c.get("cc", "cubic"), int(c.get("iw", 10)), int(c.get("rto_min_ms", 200)))
+                      for c in d["configs"]]
+        plan = cls(conds, [int(s) for s in d["sizes"]], transports, [str(h) for h in d.get("http", HTTP_VERSIONS)],
+                   int(d.get("reps", 3)), float(d.get("max_fetch_s", 60.0)), int(d.get("seed", 1)))
+        plan.validate()
+        return plan
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ParameterError(f"The 'plan' parameter of testbed measure must be a readable plan JSON file. "
+                                 f"Got {str(path)!r} ({type(err).__name__}: {err}).") from None
+
+    def validate(self) -> None:
+        check(len(self.conditions) > 0, "Plan", "conditions", "non-empty", self.conditions)
+        sizes_ok = bool(self.sizes) and all(0 < s <= 64 * 1024 * KB for s in self.sizes)
+        check(sizes_ok, "Plan", "sizes", "non-empty, each in (0, 64 MB]", self.sizes)
+        http_ok = bool(self.http) and set(self.http) <= set(HTTP_VERSIONS)
+        check(http_ok, "Plan", "http", f"a non-empty subset of {HTTP_VERSIONS}", self.http)
+        check(1 <= self.reps <= 50, "Plan", "reps", "in [1, 50]", self.reps)
+
+    def sizes_for(self, c: Condition) -> list[int]:
+        return [s for s in self.sizes if estimate_fetch_s(c, s) <= self.max_fetch_s]
+
+    def jobs(self) -> list[Job]:
+        out = []
+        for cond, tr in itertools.product(self.conditions, self.transports):
+            fetches = tuple(Fetch(fetch_key(cond.name, tr, h, s, r), h, s, r)
+                            for r in range(self.reps) for s in self.sizes_for(cond) for h in self.http)
+            if fetches:
+                out.append(Job(cond, tr, fetches))
+        return out
+
+    def to_dict(self) -> dict:
+        return {"conditions": [c.to_dict() for c in self.conditions], "sizes": self.sizes,
+                "configs": [{"cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms} for t in self.transports],
+                "http": self.http, "reps": self.reps, "max_fetch_s": self.max_fetch_s, "seed": self.seed}
+
+
+def fetch_key(cond: str, tr: Transport, http: str, size: int, rep: int) -> str:
+    return f"{cond}|{tr.tag()}|h{http}|{size}|r{rep}"
+
+
+def _cond(d) -> Condition:
+    if isinstance(d, str):
+        raise ParameterError(f"The 'conditions' parameter of Plan must name catalog conditions {sorted(CATALOG)} "
+                             f"or be objects. Got {d!r}.")
+    return condition_from_dict(d)

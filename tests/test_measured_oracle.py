@@ -1,0 +1,82 @@
+"""MeasuredOracle on the committed testbed dataset (data/oracle/tb-v1): loading, exactness, sanity, errors."""
+
+import numpy as np
+import pytest
+
+from tailor.errors import OracleError
+from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space
+from tailor.oracle.select import select_oracle
+from tailor.space import ConfigSpace
+from tailor.testbed.analysis import best_vs_default, error_summary, loco_errors
+
+DATASET = DEFAULT_DATASET
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return MeasuredOracle(DATASET)
+
+
+def test_dataset_loads_with_coverage(measured):
+    d = measured.describe()
+    assert d["kind"] == "measured" and d["conditions"] >= 20
+    assert {"object-10KB", "object-100KB", "object-1MB"} <= set(measured.websites)
+    assert len(measured.anchors) == 18 and d["median_reps"] >= 3
+
+
+def test_exact_at_measured_points(measured):
+    space = _anchor_space(measured.anchors)
+    bw, rtt, loss, q = measured._cond_values()
+    for site in ("object-10KB", "object-100KB"):
+        size = measured.websites[site].total_bytes
+        pred = measured.mode_at(bw, rtt, loss, q, site, space)
+        t = measured.table[measured.table.size_bytes == size]
+        cidx = {c: i for i, c in enumerate(measured.conds.condition)}
+        cols = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): j
+                for j, c in enumerate(space.configs)}
+        got = [pred[cidx[r.condition], cols[tuple(getattr(r, k) for k in KEYS)]] for r in t.itertuples()]
+        np.testing.assert_allclose(got, t["median"].to_numpy(), rtol=1e-9)
+
+
+def test_grid_queries_are_positive_and_sane(measured):
+    space = ConfigSpace.named("core")
+    g = measured.grid
+    slow_far = g.cell(bw=1, rtt=400, loss=0.0)
+    fast_near = g.cell(bw=50, rtt=20, loss=0.0)
+    t = measured.mode_ms([slow_far, fast_near], "object-1MB", space)
+    assert t.shape == (2, 60) and (t > 0).all()
+    assert (t[0] > t[1]).all()  # a 1 MB object is slower on 1 Mbit / 400 ms than on 50 Mbit / 20 ms
+    small = measured.mode_ms([fast_near], "object-10KB", space)
+    assert (small < t[1]).all()  # bigger object, same path and config -> longer
+    rtts = [g.cell(bw=10, rtt=r, loss=0.0) for r in (20, 50, 100, 250)]
+    d = measured.mode_ms(rtts, "object-100KB", space)[:, space.default_index]
+    assert np.all(np.diff(d) > 0), d  # default config: monotone in RTT
+    theta = measured.noise_theta([slow_far, fast_near], "object-100KB")
+    assert ((theta >= 0.005) & (theta <= 0.25)).all()
+
+
+def test_clear_errors(measured, tmp_path):
+    with pytest.raises(OracleError, match="no measured dataset"):
+        MeasuredOracle(tmp_path)
+    with pytest.raises(OracleError, match="page-medium-2"):
+        measured.mode_ms([0], "page-medium-2", ConfigSpace.named("core"))
+    strict = MeasuredOracle(DATASET, strict=True)
+    with pytest.raises(OracleError, match="not measured"):
+        strict.mode_ms([0], "object-10KB", ConfigSpace.named("core"))  # IW 16/64 and rto_min 50 are not measured
+    ok, why = measured.covers(ConfigSpace.named("core"), ["object-10KB", "page-medium-2"])
+    assert not ok
+
+
+def test_default_stays_model_until_pages_are_measured():
+    assert select_oracle("auto").kind == "model"
+    assert select_oracle("measured").kind == "measured"
+    with pytest.raises(OracleError, match="oracle"):
+        select_oracle("nope")
+
+
+def test_interpolation_error_and_best_config_share(measured):
+    err = error_summary(loco_errors(measured))
+    assert err["points"] > 200 and err["median_abs"] < 0.25, err
+    best = best_vs_default(measured.table)
+    assert (best.gain > 0.05).mean() > 0.3  # tuning pays off in a good share of cells
+    assert best.best.value_counts(normalize=True).max() < 0.6  # the seeds' observation: no single best config

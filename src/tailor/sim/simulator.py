@@ -210,7 +210,7 @@ class _Loop:
         if not self.table_mode:
             return self.policy.select(ctx)
         while self.table_queue and self.table_queue[0][0] <= ctx.time_s:
-            self.resolver = TableResolver(self.table_queue.popleft()[1])
+            self.resolver = TableResolver(self.table_queue.popleft()[1], validated=True)  # compile_table validated it
         group = self.policy.group_of(ctx)  # outcomes feed the learner state of the context's own group
         if self.resolver is None:
             return Decision(self.policy.space.default_index, 1.0, group, "default")

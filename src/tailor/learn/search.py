@@ -84,7 +84,7 @@ class BOSearch:
 
     def __init__(self, space: ConfigSpace, rng: np.random.Generator, *, init_samples: int = 4,
                  min_samples: int = 7, ei_threshold: float = 0.08, perf_memory: int = 0, max_points: int = 60,
-                 noisy_ei: bool = True, surrogate: GPSurrogate | None = None):
+                 noisy_ei: bool = True, surrogate: GPSurrogate | None = None, first: int | None = None):
         check(init_samples >= 1, "BOSearch", "init_samples", "an integer >= 1", init_samples)
         check(ei_threshold >= 0, "BOSearch", "ei_threshold", ">= 0", ei_threshold)
         self.space, self.min_samples, self.ei_threshold = space, min_samples, ei_threshold
@@ -92,6 +92,8 @@ class BOSearch:
         self._rng = rng
         self._codes = space.encode()
         self._boot = space.lhs(init_samples, rng)
+        if first is not None:  # e.g. Configanator measures the default first (per-class default PLT spread)
+            self._boot = [first] + [c for c in self._boot if c != first][: init_samples - 1]
         self._stats = ConfigStats(len(space), perf_memory)  # exploitation ranks by ms, the GP models log ms
         self._last_seen: dict[int, int] = {}  # config -> sequence number of its latest observation
         self._n_obs = 0
@@ -112,6 +114,11 @@ class BOSearch:
     def observations(self) -> int:
         return self._n_obs
 
+    @property
+    def stats(self) -> ConfigStats:
+        """Per-configuration observed completion times (read-only use)."""
+        return self._stats
+
     def best(self) -> int:
         """Lowest mean observed completion time; the default before any observation."""
         best = self._stats.best()
@@ -120,7 +127,7 @@ class BOSearch:
     def suggest(self) -> tuple[int, str]:
         """(configuration, phase) for the next connection of this key; refits the GP if stale."""
         if not self.stopped:
-            boot = self._pending_bootstrap()
+            boot = self.pending_bootstrap()
             if boot is not None:
                 return boot, BOOTSTRAP
             if self._dirty:
@@ -133,7 +140,7 @@ class BOSearch:
         """The current choice without any model work (for decision tables)."""
         if self.stopped:
             return self.best()
-        boot = self._pending_bootstrap()
+        boot = self.pending_bootstrap()
         if boot is not None:
             return boot
         return self._next if self._next is not None else self.best()
@@ -146,10 +153,11 @@ class BOSearch:
         self._last_seen[config] = self._n_obs
         self._dirty = True
 
-    # -- internals
-    def _pending_bootstrap(self) -> int | None:
+    def pending_bootstrap(self) -> int | None:
+        """The next bootstrap (LHS) configuration not yet observed, or None when bootstrap is done."""
         return next((c for c in self._boot if c not in self._last_seen), None)
 
+    # -- internals
     def _training_set(self) -> list[int]:
         """Tried configurations, oldest observation first, capped to max_points (incumbent kept)."""
         order = sorted(self._last_seen, key=self._last_seen.__getitem__)

@@ -132,19 +132,17 @@ class _Configanator(Policy):
             search = self._pairs[key] = BOSearch(
                 self.space, self._rng, init_samples=self.init_samples, min_samples=self.min_samples,
                 ei_threshold=self.ei_threshold, perf_memory=self.perf_memory, max_points=self.max_points,
-                noisy_ei=self.noisy_ei)
-            d = self.space.default_index  # default first, then init_samples - 1 LHS points (see module doc)
-            search._boot = [d] + [c for c in search._boot if c != d][: self.init_samples - 1]
+                noisy_ei=self.noisy_ei, first=self.space.default_index)  # default first (see module doc)
         return search
 
     def _steady(self, search: BOSearch) -> bool:
         if self.use_gp:
             return search.stopped
-        return search._pending_bootstrap() is None  # NoGP: LHS bootstrap only, no EI search
+        return search.pending_bootstrap() is None  # NoGP: LHS bootstrap only, no EI search
 
     def pair_best(self, key: str) -> int:
         """Lowest empirical-Bayes mean log-PLT of the pair (see module doc); the default before any data."""
-        stats = self._pairs[key]._stats
+        stats = self._pairs[key].stats
         n = stats.counts.astype(float)
         tried = n > 0
         if not tried.any():
@@ -160,7 +158,7 @@ class _Configanator(Policy):
         """Within-configuration variance of log-PLT for this pair from its own repeats (exploitation
         repeats one configuration many times); NOISE_VAR until there are any."""
         log_sq = self._log_sq.get(key)
-        stats = self._pairs[key]._stats
+        stats = self._pairs[key].stats
         n = stats.counts
         rep = n > 1
         if log_sq is None or not rep.any() or self.perf_memory:  # windowed sums: no matching squares
@@ -181,7 +179,7 @@ class _Configanator(Policy):
                 if phase != EXPLOIT:
                     return Decision(config, 1.0, key, phase)
             else:
-                return Decision(search._pending_bootstrap(), 1.0, key, "bootstrap")
+                return Decision(search.pending_bootstrap(), 1.0, key, "bootstrap")
         greedy = self._exploit(key, path, ctx)
         if self._rng.random() < self.epsilon:
             config, arm = int(self._rng.integers(self._n)), "epsilon"
@@ -232,7 +230,7 @@ class _Configanator(Policy):
     # -- decision tables
     def _group_choice(self, key: str, search: BOSearch) -> dict[int, float]:
         if not self._steady(search):
-            return {search.peek() if self.use_gp else search._pending_bootstrap(): 1.0}
+            return {search.peek() if self.use_gp else search.pending_bootstrap(): 1.0}
         row = self._last_row.get(key)
         greedy = self._tree.predict(row) if self.use_dt and self._tree.fitted and row is not None else \
             self._best.get(key, self.space.default_index)

@@ -26,7 +26,8 @@ type Batch struct {
 	Records []Record `json:"records"`
 }
 
-// Record is one connection (the agent only emits kind "connection").
+// Record is one connection (tailor-agent, kind "connection"), one response
+// or one page-load beacon (tailor-edge, kinds "response" and "pageload").
 type Record struct {
 	Time              float64  `json:"time"`
 	Kind              string   `json:"kind"`
@@ -49,6 +50,15 @@ type Record struct {
 	Cwnd              *int64   `json:"cwnd,omitempty"`
 	MSS               *int64   `json:"mss,omitempty"`
 	CongestionControl string   `json:"congestion_control,omitempty"`
+	HandshakeRttMs    *float64 `json:"handshake_rtt_ms,omitempty"`
+	TTFBMs            *float64 `json:"ttfb_ms,omitempty"`
+	TTLBMs            *float64 `json:"ttlb_ms,omitempty"`
+	ObjectBytes       *int64   `json:"object_bytes,omitempty"`
+	PLTMs             *float64 `json:"plt_ms,omitempty"`
+	ALPN              string   `json:"alpn,omitempty"`
+	SNI               string   `json:"sni,omitempty"`
+	TLSFingerprint    string   `json:"tls_fingerprint,omitempty"`
+	Device            string   `json:"device,omitempty"`
 }
 
 var configID = regexp.MustCompile(`^c-[0-9a-f]{10}$`)
@@ -91,13 +101,14 @@ func (r *Record) validate(at string) error {
 		return fieldErr(at+".probability", "%v is less than or equal to the minimum of 0 or above 1", *p)
 	}
 	ints := map[string]*int64{"bytes_sent": r.BytesSent, "bytes_acked": r.BytesAcked, "bytes_retrans": r.BytesRetrans,
-		"retransmits": r.Retransmits, "delivered": r.Delivered, "cwnd": r.Cwnd, "mss": r.MSS}
+		"retransmits": r.Retransmits, "delivered": r.Delivered, "cwnd": r.Cwnd, "mss": r.MSS, "object_bytes": r.ObjectBytes}
 	for name, v := range ints {
 		if v != nil && *v < 0 {
 			return fieldErr(at+"."+name, "%d is less than the minimum of 0", *v)
 		}
 	}
-	floats := map[string]*float64{"srtt_ms": r.SrttMs, "min_rtt_ms": r.MinRttMs, "max_delivery_rate_Bps": r.MaxDeliveryRate, "duration_ms": r.DurationMs}
+	floats := map[string]*float64{"srtt_ms": r.SrttMs, "min_rtt_ms": r.MinRttMs, "max_delivery_rate_Bps": r.MaxDeliveryRate,
+		"duration_ms": r.DurationMs, "handshake_rtt_ms": r.HandshakeRttMs, "ttfb_ms": r.TTFBMs, "ttlb_ms": r.TTLBMs, "plt_ms": r.PLTMs}
 	for name, v := range floats {
 		if v != nil && *v < 0 {
 			return fieldErr(at+"."+name, "%v is less than the minimum of 0", *v)

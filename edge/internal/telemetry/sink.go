@@ -19,46 +19,67 @@ type Sink interface {
 	Dropped() int64
 }
 
-// LineSink writes one batch per Flush as a JSON line.
+// LineSink writes one batch per Flush as a JSON line. It holds at most
+// Limit records between flushes; beyond that it drops and counts them.
 type LineSink struct {
-	mu      sync.Mutex
-	w       io.Writer
-	source  string
-	pending []Record
+	Limit int // buffer bound in records; default 50000
+
+	mu         sync.Mutex
+	w          io.Writer
+	source     string
+	pending    []Record
+	dropped    int64 // since the last written batch
+	droppedAll int64
 }
 
 // NewLineSink writes batches from source to w.
 func NewLineSink(w io.Writer, source string) *LineSink { return &LineSink{w: w, source: source} }
 
-// Add buffers r.
+// Add buffers r, or drops it when the buffer is full.
 func (s *LineSink) Add(r Record) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) >= bound(s.Limit) {
+		s.dropped++
+		s.droppedAll++
+		return
+	}
 	s.pending = append(s.pending, r)
-	s.mu.Unlock()
 }
 
 // Flush writes the buffered records, MaxRecords per line.
 func (s *LineSink) Flush(context.Context) error {
 	s.mu.Lock()
-	recs := s.pending
-	s.pending = nil
+	recs, dropped := s.pending, s.dropped
+	s.pending, s.dropped = nil, 0
 	s.mu.Unlock()
-	for len(recs) > 0 {
+	for first := true; len(recs) > 0 || (first && dropped > 0); first = false {
 		n := min(len(recs), MaxRecords)
-		b, err := json.Marshal(Batch{Schema: SchemaID, Source: s.source, Records: recs[:n]})
+		b, err := json.Marshal(Batch{Schema: SchemaID, Source: s.source, Dropped: Ptr(dropped), Records: recs[:n]})
 		if err != nil {
 			return fmt.Errorf("%w: encode: %v", ErrTelemetry, err)
 		}
 		if _, err := s.w.Write(append(b, '\n')); err != nil {
 			return fmt.Errorf("%w: write: %v", ErrTelemetry, err)
 		}
-		recs = recs[n:]
+		recs, dropped = recs[n:], 0
 	}
 	return nil
 }
 
-// Dropped is always 0: a LineSink blocks instead of dropping.
-func (s *LineSink) Dropped() int64 { return 0 }
+// Dropped is the total number of records dropped so far.
+func (s *LineSink) Dropped() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.droppedAll
+}
+
+func bound(limit int) int {
+	if limit > 0 {
+		return limit
+	}
+	return 50000
+}
 
 // HTTPSink POSTs batches to a manager URL with a bearer token. It holds at
 // most Limit records; beyond that it drops the newest and counts them, and
@@ -80,7 +101,7 @@ type HTTPSink struct {
 func (s *HTTPSink) Add(r Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.pending) >= s.limit() {
+	if len(s.pending) >= bound(s.Limit) {
 		s.dropped++
 		s.droppedAll++
 		return
@@ -137,13 +158,6 @@ func (s *HTTPSink) Dropped() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.droppedAll
-}
-
-func (s *HTTPSink) limit() int {
-	if s.Limit > 0 {
-		return s.Limit
-	}
-	return 50000
 }
 
 func (s *HTTPSink) client() *http.Client {

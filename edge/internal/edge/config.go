@@ -1,0 +1,82 @@
+// Package edge is tailor-edge: an HTTPS server (static files, reverse proxy,
+// HTTP/1.1 and HTTP/2) that picks a decision-table configuration per
+// connection inside the TLS handshake and applies it: the ALPN list (HTTP
+// version), the HTTP/2 SETTINGS and the setsockopt transport knobs.
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Sentinel errors; wrapped with a short lowercase prefix.
+var (
+	ErrConfig = errors.New("edge config")
+	ErrTable  = errors.New("edge table")
+	ErrSocket = errors.New("edge socket")
+)
+
+// Config is the command line of tailor-edge.
+type Config struct {
+	Listen       string        // HOST:PORT; default "127.0.0.1:8443"
+	Root         string        // static file directory; required
+	Upstream     string        // reverse-proxy URL for paths not in Root; default "" (none)
+	CertFile     string        // PEM certificate; default "" (then SelfSigned is required)
+	KeyFile      string        // PEM key; default ""
+	SelfSigned   bool          // generate an in-memory certificate for localhost; default false
+	Table        string        // decision table path or http(s) URL; default "" (all-default config)
+	Poll         time.Duration // table re-read period; default 5s
+	Telemetry    string        // telemetry URL, "-" for stdout JSON lines, "" for none; default ""
+	Token        string        // bearer token for a telemetry URL; default "" (from TAILOR_TOKEN in main)
+	TelemetryOut io.Writer     // where Telemetry "-" writes JSON lines; default os.Stdout
+	Flush        time.Duration // telemetry flush period; default 2s
+	Source       string        // telemetry source id; default "tailor-edge"
+	ApplySocket  bool          // apply setsockopt knobs per connection; default true (set in main)
+	InjectBeacon bool          // append the Navigation Timing beacon to HTML; default false
+	FullAddress  bool          // report client_addr as well as the prefix; default false
+
+	ReadHeaderTimeout time.Duration // default 10s
+	IdleTimeout       time.Duration // default 120s
+	MaxHeaderBytes    int           // HTTP/1 header bound; default 64 KiB (HTTP/2: see max_header_list_size)
+	MaxBeaconBytes    int64         // beacon body bound; default 16 KiB
+}
+
+func (c *Config) withDefaults() Config {
+	d := *c
+	set := func(p *time.Duration, v time.Duration) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	set(&d.Poll, 5*time.Second)
+	set(&d.Flush, 2*time.Second)
+	set(&d.ReadHeaderTimeout, 10*time.Second)
+	set(&d.IdleTimeout, 120*time.Second)
+	if d.Listen == "" {
+		d.Listen = "127.0.0.1:8443"
+	}
+	if d.Source == "" {
+		d.Source = "tailor-edge"
+	}
+	if d.MaxHeaderBytes <= 0 {
+		d.MaxHeaderBytes = 64 << 10
+	}
+	if d.MaxBeaconBytes <= 0 {
+		d.MaxBeaconBytes = 16 << 10
+	}
+	return d
+}
+
+func (c *Config) check() error {
+	switch {
+	case c.Root == "":
+		return fmt.Errorf("%w: --root is required", ErrConfig)
+	case c.SelfSigned == (c.CertFile != ""):
+		return fmt.Errorf("%w: give either --cert/--key or --self-signed", ErrConfig)
+	case (c.CertFile == "") != (c.KeyFile == ""):
+		return fmt.Errorf("%w: --cert and --key go together", ErrConfig)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/net/http2"
+
+	"github.com/tailor-project/tailor/edge/internal/knobs"
+
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
+)
+
+// Server is a provisioned tailor-edge instance.
+type Server struct {
+	cfg    Config
+	reg    *knobs.Registry
+	base   *tls.Config  // certificate + GetConfigForClient
+	h1     *http.Server // HTTP/1.1 and the h2 hand-off
+	plan   atomic.Pointer[Plan]
+	tables *tableSource
+	sink   telemetry.Sink // nil without --telemetry
+
+	Socket     SocketStats                  // setsockopt outcomes
+	OnDecision func(c *Conn, st *ConnState) // test hook after the socket knobs; default nil
+	Log        *log.Logger                  // default: log.Default()
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// New validates cfg, loads the certificate and the first table.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	reg, err := knobs.Default()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, reg: reg, Log: log.Default()}
+	if err := s.setupTLS(); err != nil {
+		return nil, err
+	}
+	if err := s.setupHTTP(); err != nil {
+		return nil, err
+	}
+	if err := s.setupTables(); err != nil {
+		return nil, err
+	}
+	s.sink = newSink(cfg)
+	return s, nil
+}
+
+func (s *Server) setupTLS() error {
+	cert, err := loadCertificate(s.cfg)
+	if err != nil {
+		return err
+	}
+	s.base = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: alpnH11}
+	s.base.GetConfigForClient = s.configForClient
+	return nil
+}
+
+func (s *Server) setupHTTP() error {
+	h, err := s.handler()
+	if err != nil {
+		return err
+	}
+	s.h1 = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+		ConnContext:       connContext,
+		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){"h2": s.serveH2},
+	}
+	return nil
+}
+
+// serveH2 serves a connection that negotiated h2 with its config's SETTINGS.
+func (s *Server) serveH2(_ *http.Server, c *tls.Conn, h http.Handler) {
+	conf := s.plan.Load().Default
+	if ec, ok := c.NetConn().(*Conn); ok && ec.State() != nil {
+		conf = ec.State().Conf
+	}
+	if conf.H2 == nil { // cannot happen: only h2 configs offer "h2"
+		_ = c.Close()
+		return
+	}
+	ctx := connContext(context.Background(), c)
+	conf.H2.ServeConn(c, &http2.ServeConnOpts{Context: ctx, BaseConfig: conf.H2Base, Handler: h})
+}
+
+// Serve accepts TLS connections on ln until Close.
+func (s *Server) Serve(ln net.Listener) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	s.startBackground(ctx)
+	err := s.h1.Serve(tls.NewListener(listener{ln}, s.base))
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("edge: serve: %w", err)
+}
+
+// Close stops serving, the table poller and flushes telemetry.
+func (s *Server) Close() error {
+	err := s.h1.Close()
+	if s.stop != nil {
+		s.stop()
+	}
+	s.wg.Wait()
+	if s.sink != nil {
+		_ = s.sink.Flush(context.Background())
+	}
+	return err
+}
+
+func (s *Server) startBackground(ctx context.Context) {
+	if s.tables != nil {
+		s.wg.Go(func() { s.pollTables(ctx) })
+	}
+	if s.sink != nil {
+		s.wg.Go(func() { flushEvery(ctx, s.sink, s.cfg.Flush, s.Log) })
+	}
+}
+
+// Plan is the table in force.
+func (s *Server) Plan() *Plan { return s.plan.Load() }

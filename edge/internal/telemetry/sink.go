@@ -19,59 +19,47 @@ type Sink interface {
 	Dropped() int64
 }
 
-// LineSink writes one batch per Flush as a JSON line. It holds at most
-// Limit records between flushes; beyond that it drops and counts them.
-type LineSink struct {
-	Limit int // buffer bound in records; default 50000
-
+// queue is the bounded record buffer both sinks share: beyond the bound it
+// drops the newest records and counts them, and the count travels in the
+// next shipped batch's "dropped".
+type queue struct {
 	mu         sync.Mutex
-	w          io.Writer
-	source     string
 	pending    []Record
-	dropped    int64 // since the last written batch
+	dropped    int64 // since the last shipped batch
 	droppedAll int64
 }
 
-// NewLineSink writes batches from source to w.
-func NewLineSink(w io.Writer, source string) *LineSink { return &LineSink{w: w, source: source} }
-
-// Add buffers r, or drops it when the buffer is full.
-func (s *LineSink) Add(r Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.pending) >= bound(s.Limit) {
-		s.dropped++
-		s.droppedAll++
+func (q *queue) add(r Record, limit int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.pending) >= bound(limit) {
+		q.dropped++
+		q.droppedAll++
 		return
 	}
-	s.pending = append(s.pending, r)
+	q.pending = append(q.pending, r)
 }
 
-// Flush writes the buffered records, MaxRecords per line.
-func (s *LineSink) Flush(context.Context) error {
-	s.mu.Lock()
-	recs, dropped := s.pending, s.dropped
-	s.pending, s.dropped = nil, 0
-	s.mu.Unlock()
-	for first := true; len(recs) > 0 || (first && dropped > 0); first = false {
-		n := min(len(recs), MaxRecords)
-		b, err := json.Marshal(Batch{Schema: SchemaID, Source: s.source, Dropped: Ptr(dropped), Records: recs[:n]})
-		if err != nil {
-			return fmt.Errorf("%w: encode: %v", ErrTelemetry, err)
-		}
-		if _, err := s.w.Write(append(b, '\n')); err != nil {
-			return fmt.Errorf("%w: write: %v", ErrTelemetry, err)
-		}
-		recs, dropped = recs[n:], 0
-	}
-	return nil
+// peek copies up to MaxRecords pending records and the drops not yet reported.
+func (q *queue) peek() ([]Record, int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.pending), MaxRecords)
+	return append([]Record(nil), q.pending[:n]...), q.dropped
 }
 
-// Dropped is the total number of records dropped so far.
-func (s *LineSink) Dropped() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.droppedAll
+// commit forgets n shipped records and the dropped count they reported.
+func (q *queue) commit(n int, dropped int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = q.pending[n:]
+	q.dropped -= dropped
+}
+
+func (q *queue) total() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.droppedAll
 }
 
 func bound(limit int) int {
@@ -80,6 +68,42 @@ func bound(limit int) int {
 	}
 	return 50000
 }
+
+// LineSink writes one batch per Flush as a JSON line (MaxRecords per line).
+type LineSink struct {
+	Limit int // buffer bound in records; default 50000
+
+	q      queue
+	w      io.Writer
+	source string
+}
+
+// NewLineSink writes batches from source to w.
+func NewLineSink(w io.Writer, source string) *LineSink { return &LineSink{w: w, source: source} }
+
+// Add buffers r, or drops it when the buffer is full.
+func (s *LineSink) Add(r Record) { s.q.add(r, s.Limit) }
+
+// Flush writes the buffered records; on a write error they stay buffered.
+func (s *LineSink) Flush(context.Context) error {
+	for {
+		recs, dropped := s.q.peek()
+		if len(recs) == 0 && dropped == 0 {
+			return nil
+		}
+		b, err := json.Marshal(Batch{Schema: SchemaID, Source: s.source, Dropped: Ptr(dropped), Records: recs})
+		if err != nil {
+			return fmt.Errorf("%w: encode: %v", ErrTelemetry, err)
+		}
+		if _, err := s.w.Write(append(b, '\n')); err != nil {
+			return fmt.Errorf("%w: write: %v", ErrTelemetry, err)
+		}
+		s.q.commit(len(recs), dropped)
+	}
+}
+
+// Dropped is the total number of records dropped so far.
+func (s *LineSink) Dropped() int64 { return s.q.total() }
 
 // HTTPSink POSTs batches to a manager URL with a bearer token. It holds at
 // most Limit records; beyond that it drops the newest and counts them, and
@@ -91,40 +115,22 @@ type HTTPSink struct {
 	Limit  int          // buffer bound in records; default 50000
 	Client *http.Client // default: 10 s timeout
 
-	mu         sync.Mutex
-	pending    []Record
-	dropped    int64 // since the last successful POST
-	droppedAll int64
+	q queue
 }
 
 // Add buffers r, or drops it when the buffer is full.
-func (s *HTTPSink) Add(r Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.pending) >= bound(s.Limit) {
-		s.dropped++
-		s.droppedAll++
-		return
-	}
-	s.pending = append(s.pending, r)
-}
+func (s *HTTPSink) Add(r Record) { s.q.add(r, s.Limit) }
 
 // Flush POSTs up to MaxRecords records; on failure they stay buffered.
 func (s *HTTPSink) Flush(ctx context.Context) error {
-	s.mu.Lock()
-	n := min(len(s.pending), MaxRecords)
-	batch := Batch{Schema: SchemaID, Source: s.Source, Dropped: Ptr(s.dropped), Records: append([]Record(nil), s.pending[:n]...)}
-	s.mu.Unlock()
-	if n == 0 && *batch.Dropped == 0 {
+	recs, dropped := s.q.peek()
+	if len(recs) == 0 && dropped == 0 {
 		return nil
 	}
-	if err := s.post(ctx, batch); err != nil {
+	if err := s.post(ctx, Batch{Schema: SchemaID, Source: s.Source, Dropped: Ptr(dropped), Records: recs}); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.pending = s.pending[n:]
-	s.dropped -= *batch.Dropped
-	s.mu.Unlock()
+	s.q.commit(len(recs), dropped)
 	return nil
 }
 
@@ -154,11 +160,7 @@ func (s *HTTPSink) post(ctx context.Context, b Batch) error {
 }
 
 // Dropped is the total number of records dropped so far.
-func (s *HTTPSink) Dropped() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.droppedAll
-}
+func (s *HTTPSink) Dropped() int64 { return s.q.total() }
 
 func (s *HTTPSink) client() *http.Client {
 	if s.Client != nil {

@@ -106,3 +106,24 @@ def configanator_sections(ev) -> list[tuple[str, str]]:
     return [("Configanator: arm contribution (Fig. 22)", f"<img src='{_fig_arms(ours)}'>"),
             ("Configanator: tail distance to optimal per minute (Fig. 23)", f"<img src='{_fig_tail(ev)}'>"),
             ("Configanator: configuration stability per pair (Fig. 24)", f"<img src='{_fig_stability(ours)}'>")]
+
+
+@report_section
+def connreuse_section(ev) -> list[tuple[str, str]]:
+    """Configanator's improvement over ConnReuse per page load (Fig. 8), when both ran."""
+    names = {r.policy for r in ev.results}
+    if "connreuse" not in names or not any(n.startswith("configanator") for n in names):
+        return []
+    base = ev.records("connreuse")["plt_ms"]
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    rows = []
+    for r in ev.results:
+        if r.policy.startswith("configanator"):
+            imp = 100 * (1 - r.records["plt_ms"] / base)
+            ax.boxplot([imp], positions=[len(rows)], whis=(5, 95), showfliers=False)
+            rows.append(f"<tr><td>{r.policy}</td><td>{np.median(imp):+.1f}%</td><td>{np.percentile(imp, 95):+.1f}%</td></tr>")
+    ax.set_xticks(range(len(rows)), [r.policy for r in ev.results if r.policy.startswith("configanator")])
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_ylabel("PLT improvement over ConnReuse (%)")
+    table = "<table><tr><th>policy</th><th>median</th><th>p95</th></tr>" + "".join(rows) + "</table>"
+    return [("Configanator vs ConnReuse (Fig. 8)", table + f"<img src='{png(fig)}' alt='connreuse'>")]

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tailor-project/tailor/edge/internal/rules"
 	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
@@ -71,7 +72,7 @@ func Run(ctx context.Context, cfg Config, argv []string) error {
 // Start installs the first table, then reads events into sink and polls
 // the table source in the background until stop is called.
 func (a *Agent) Start(ctx context.Context, sink telemetry.Sink) (stop func(), err error) {
-	src := newTableSource(a.cfg.Table)
+	src := &rules.Source{Loc: a.cfg.Table}
 	if err := a.firstTable(ctx, src); err != nil {
 		return nil, err
 	}
@@ -89,7 +90,7 @@ func (a *Agent) Start(ctx context.Context, sink telemetry.Sink) (stop func(), er
 
 // firstTable installs the configured table; if that fails, the agent only
 // continues when pinned maps still hold a previous table.
-func (a *Agent) firstTable(ctx context.Context, src *tableSource) error {
+func (a *Agent) firstTable(ctx context.Context, src *rules.Source) error {
 	if a.cfg.Table == "" {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tailor-project/tailor/edge/internal/knobs"
 
+	"github.com/tailor-project/tailor/edge/internal/rules"
 	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
@@ -25,7 +26,7 @@ type Server struct {
 	base   *tls.Config  // certificate + GetConfigForClient
 	h1     *http.Server // HTTP/1.1 and the h2 hand-off
 	plan   atomic.Pointer[Plan]
-	tables *tableSource
+	tables *rules.Source
 	sink   telemetry.Sink // nil without --telemetry
 
 	Socket     SocketStats                  // setsockopt outcomes

@@ -1,83 +1,25 @@
 package edge
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/tailor-project/tailor/edge/internal/rules"
 )
 
-// maxTableBytes bounds a fetched decision table.
-const maxTableBytes = 16 << 20
-
-// tableSource reads a table from a file or URL, reporting only changes.
-type tableSource struct {
-	loc    string
-	etag   string // last ETag (URL)
-	last   []byte // last bytes read (file)
-	client *http.Client
-}
-
-// fetch returns the table bytes, or nil when unchanged since the last call.
-func (t *tableSource) fetch(ctx context.Context) ([]byte, error) {
-	if !strings.HasPrefix(t.loc, "http://") && !strings.HasPrefix(t.loc, "https://") {
-		data, err := os.ReadFile(t.loc)
-		if err != nil || bytes.Equal(data, t.last) {
-			return nil, err
-		}
-		t.last = data
-		return data, nil
-	}
-	return t.fetchURL(ctx)
-}
-
-func (t *tableSource) fetchURL(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.loc, nil)
-	if err != nil {
-		return nil, err
-	}
-	if t.etag != "" {
-		req.Header.Set("If-None-Match", t.etag)
-	}
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusNotModified {
-		return nil, nil
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", t.loc, resp.Status)
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxTableBytes+1))
-	if err == nil && len(data) > maxTableBytes {
-		err = fmt.Errorf("GET %s: larger than %d bytes", t.loc, maxTableBytes)
-	}
-	if err == nil {
-		t.etag = resp.Header.Get("ETag")
-	}
-	return data, err
-}
-
 func (s *Server) setupTables() error {
 	if s.cfg.Table == "" {
 		return s.install(defaultTable(s.reg))
 	}
-	s.tables = &tableSource{loc: s.cfg.Table, client: &http.Client{Timeout: 10 * time.Second}}
+	s.tables = &rules.Source{Loc: s.cfg.Table}
 	return s.Reload(context.Background())
 }
 
 // Reload fetches the table; an invalid or unreachable table leaves the
 // last good one in force and returns the error (a *rules.FieldError inside).
 func (s *Server) Reload(ctx context.Context) error {
-	data, err := s.tables.fetch(ctx)
+	data, err := s.tables.Fetch(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrTable, s.cfg.Table, err)
 	}

@@ -1,45 +1,98 @@
-// Command tailor-edge is an HTTPS server that tunes ALPN (HTTP version),
-// HTTP/2 SETTINGS and setsockopt transport knobs per connection from a
-// Tailor decision table. See README.md.
+// Command tailor-edge is an HTTPS server (HTTP/1.1, HTTP/2 and, with --quic,
+// HTTP/3) that tunes ALPN (HTTP version), HTTP/2 SETTINGS, QUIC transport
+// parameters and setsockopt transport knobs per connection from a Tailor
+// decision table. See README.md.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/tailor-project/tailor/edge/internal/edge"
 )
 
+// Exit statuses: 2 for bad input (flags, configuration, table, certificate),
+// 1 for a failure while running.
+const (
+	exitRuntime  = 1
+	exitBadInput = 2
+)
+
 func main() {
-	cfg := parseFlags()
+	cfg, err := parseFlags(os.Args[1:], os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tailor-edge: error:", err)
+		os.Exit(exitBadInput)
+	}
 	if err := run(cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "tailor-edge:", err)
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, "tailor-edge: error:", err)
+		if errors.Is(err, edge.ErrConfig) || errors.Is(err, edge.ErrTable) {
+			os.Exit(exitBadInput)
+		}
+		os.Exit(exitRuntime)
 	}
 }
 
-func parseFlags() edge.Config {
+// parseFlags reads the command line. A bad flag gives one error naming it
+// (no usage dump); --help prints the usage to help and returns flag.ErrHelp.
+func parseFlags(args []string, help io.Writer) (edge.Config, error) {
 	var c edge.Config
-	flag.StringVar(&c.Listen, "listen", "127.0.0.1:8443", "HOST:PORT to serve HTTPS on")
-	flag.StringVar(&c.Root, "root", "", "directory of static files (required)")
-	flag.StringVar(&c.Upstream, "upstream", "", "reverse-proxy URL for paths not under --root")
-	flag.StringVar(&c.CertFile, "cert", "", "PEM certificate")
-	flag.StringVar(&c.KeyFile, "key", "", "PEM private key")
-	flag.BoolVar(&c.SelfSigned, "self-signed", false, "use an in-memory self-signed certificate")
-	flag.StringVar(&c.Table, "table", "", "decision table file or http(s) URL (polled with If-None-Match)")
-	flag.DurationVar(&c.Poll, "poll", 0, "table poll period (default 5s)")
-	flag.StringVar(&c.Telemetry, "telemetry", "", "telemetry URL, or - for JSON lines on stdout")
-	flag.BoolVar(&c.ApplySocket, "apply-socket", true, "apply setsockopt knobs per connection")
-	flag.BoolVar(&c.InjectBeacon, "inject-beacon", false, "append the page-load beacon script to HTML responses")
-	flag.BoolVar(&c.FullAddress, "full-address", false, "report client_addr as well as client_prefix")
-	flag.Parse()
+	fs := flag.NewFlagSet("tailor-edge", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8443", "HOST:PORT to serve HTTPS on (TCP; with --quic also UDP)")
+	fs.StringVar(&c.Root, "root", "", "directory of static files (required)")
+	fs.StringVar(&c.Upstream, "upstream", "", "reverse-proxy URL for paths not under --root")
+	fs.StringVar(&c.CertFile, "cert", "", "PEM certificate")
+	fs.StringVar(&c.KeyFile, "key", "", "PEM private key")
+	fs.BoolVar(&c.SelfSigned, "self-signed", false, "use an in-memory self-signed certificate")
+	fs.StringVar(&c.Table, "table", "", "decision table file or http(s) URL (polled with If-None-Match)")
+	fs.DurationVar(&c.Poll, "poll", 0, "table poll period (default 5s)")
+	fs.StringVar(&c.Telemetry, "telemetry", "", "telemetry URL, or - for JSON lines on stdout")
+	fs.BoolVar(&c.ApplySocket, "apply-socket", true, "apply setsockopt knobs per connection")
+	fs.BoolVar(&c.InjectBeacon, "inject-beacon", false, "append the page-load beacon script to HTML responses")
+	fs.BoolVar(&c.FullAddress, "full-address", false, "report client_addr as well as client_prefix")
+	fs.BoolVar(&c.QUIC, "quic", false, "also serve HTTP/3 over QUIC on the same UDP port (Alt-Svc on TCP responses)")
+	fs.BoolVar(&c.Static, "static", false, "no per-connection selection: every connection gets the table default (benchmark baseline)")
+	fs.StringVar(&c.DeviceMap, "device-map", "", `JA4 -> device class JSON file (tailor.device-map/v1); unmapped clients are "unknown"`)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(fs, help)
+		}
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
+	}
+	if c.Poll < 0 {
+		return c, fmt.Errorf("--poll %v: must not be negative", c.Poll)
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
+		return c, fmt.Errorf("--listen %q: want HOST:PORT", c.Listen)
+	}
+	if t := c.Telemetry; t != "" && t != "-" && !strings.HasPrefix(t, "http://") && !strings.HasPrefix(t, "https://") {
+		return c, fmt.Errorf("--telemetry %q: want an http(s) URL or -", t)
+	}
 	c.Token = os.Getenv("TAILOR_TOKEN")
-	return c
+	return c, nil
+}
+
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintln(w, "usage: tailor-edge --listen HOST:PORT --root DIR [--upstream URL] [--cert F --key F | --self-signed]")
+	fmt.Fprintln(w, "                   [--table PATH_OR_URL] [--telemetry URL|-] [--quic] [--device-map F] ...")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }
 
 func run(cfg edge.Config) error {
@@ -49,9 +102,12 @@ func run(cfg edge.Config) error {
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return err
+		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
 	}
 	log.Printf("tailor-edge: serving https://%s table version %d", ln.Addr(), s.Plan().Table.Version)
+	if cfg.QUIC {
+		log.Printf("tailor-edge: HTTP/3 over QUIC on udp %s", ln.Addr())
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	closed := make(chan error, 1)

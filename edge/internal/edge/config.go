@@ -36,6 +36,9 @@ type Config struct {
 	ApplySocket  bool          // apply setsockopt knobs per connection; default true (set in main)
 	InjectBeacon bool          // append the Navigation Timing beacon to HTML; default false
 	FullAddress  bool          // report client_addr as well as the prefix; default false
+	QUIC         bool          // also serve HTTP/3 on the same UDP port; default false
+	DeviceMap    string        // JA4 -> device class file; default "" (every device "unknown")
+	Static       bool          // no per-connection selection: every connection gets the table default (benchmark baseline); default false
 
 	ReadHeaderTimeout time.Duration // default 10s
 	IdleTimeout       time.Duration // default 120s

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tailor-project/tailor/edge/internal/edge/tlsfp"
 	"github.com/tailor-project/tailor/edge/internal/rules"
 )
@@ -27,21 +29,33 @@ func (c *Conn) State() *ConnState { return c.state.Load() }
 type ConnState struct {
 	Decision
 	Addr         netip.Addr
-	Prefix       string // client_prefix for telemetry
+	Prefix       string // client_prefix for telemetry; "" = derived from Addr when reported
 	SNI          string
 	JA3, JA4     string
+	Device       string // from the JA4 through the device map; "unknown" when unmapped
 	TableVersion int64
-	DecideNs     int64 // time spent classifying + resolving
+	DecideNs     int64   // time spent classifying + resolving
+	HandshakeRTT float64 // ms: TCP_INFO rtt at the ClientHello (TCP) or QUIC's smoothed RTT after the handshake; 0 = not measured
 }
 
-type listener struct{ net.Listener }
+// listener wraps accepted sockets in *Conn; static (Config.Static) applies
+// the one configuration's socket knobs at accept, as selection would in
+// the handshake.
+type listener struct {
+	net.Listener
+	static *Server
+}
 
 func (l listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{Conn: c, Accepted: time.Now()}, nil
+	ec := &Conn{Conn: c, Accepted: time.Now()}
+	if s := l.static; s != nil && s.cfg.ApplySocket {
+		s.applySocket(ec, s.plan.Load().Default.Socket)
+	}
+	return ec, nil
 }
 
 // configForClient runs after the ClientHello and before the ServerHello:
@@ -49,12 +63,13 @@ func (l listener) Accept() (net.Conn, error) {
 func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	start := time.Now()
 	plan := s.plan.Load()
-	st := classify(h, plan)
+	st := classify(h, plan, s.devices)
 	st.DecideNs = time.Since(start).Nanoseconds()
 	c, ok := h.Conn.(*Conn)
 	if !ok {
 		return st.Conf.TLS, nil
 	}
+	st.HandshakeRTT = handshakeRTT(c.Conn)
 	c.state.Store(st)
 	if s.cfg.ApplySocket {
 		s.applySocket(c, st.Conf.Socket)
@@ -65,16 +80,42 @@ func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	return st.Conf.TLS, nil
 }
 
-func classify(h *tls.ClientHelloInfo, plan *Plan) *ConnState {
+func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap) *ConnState {
 	addr := remoteAddr(h.Conn)
-	st := &ConnState{Addr: addr, Prefix: clientPrefix(addr), SNI: h.ServerName, JA3: tlsfp.JA3(h), JA4: tlsfp.JA4(h), TableVersion: plan.Table.Version}
-	st.Decision = plan.Decide(rules.Conn{Addr: addr, SNI: h.ServerName}, rand.Float64(), rand.Float64())
+	st := &ConnState{Addr: addr, SNI: h.ServerName, JA3: tlsfp.JA3(h), JA4: tlsfp.JA4(h), TableVersion: plan.Table.Version}
+	st.Device = devices.Device(st.JA4)
+	st.Decision = plan.Decide(rules.Conn{Addr: addr, SNI: h.ServerName, Device: st.Device}, rand.Float64(), rand.Float64())
 	return st
+}
+
+// handshakeRTT is the kernel's RTT estimate (TCP_INFO tcpi_rtt) when the
+// ClientHello arrives. The server has sent nothing but the SYN/ACK yet, so
+// the only sample is SYN/ACK -> ACK: the TCP handshake RTT. 0 when
+// unavailable.
+func handshakeRTT(c net.Conn) float64 {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return 0
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var rtt uint32
+	_ = raw.Control(func(fd uintptr) {
+		if ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			rtt = ti.Rtt
+		}
+	})
+	return float64(rtt) / 1000
 }
 
 func remoteAddr(c net.Conn) netip.Addr {
 	if c == nil {
 		return netip.Addr{}
+	}
+	if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok { // no string round trip
+		return ta.AddrPort().Addr().Unmap()
 	}
 	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
 	if err != nil {
@@ -108,6 +149,9 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 func stateFrom(ctx context.Context) *ConnState {
 	if c, ok := ctx.Value(connKey{}).(*Conn); ok {
 		return c.State()
+	}
+	if q, ok := ctx.Value(quicKey{}).(*quicConn); ok {
+		return q.state.Load()
 	}
 	return nil
 }

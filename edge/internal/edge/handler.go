@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -26,12 +27,17 @@ func (s *Server) handler() (http.Handler, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+BeaconPath, s.beacon)
 	mux.Handle("/", s.measure(content))
-	return mux, nil
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if alt, _ := s.altSvc.Load().(string); alt != "" && r.ProtoMajor < 3 {
+			w.Header().Set("Alt-Svc", alt)
+		}
+		mux.ServeHTTP(w, r)
+	}), nil
 }
 
 // content serves files under Root and proxies everything else to Upstream.
 func (s *Server) content() (http.Handler, error) {
-	files := http.FileServer(http.Dir(s.cfg.Root))
+	files := drainBody(http.FileServer(http.Dir(s.cfg.Root)))
 	if s.cfg.Upstream == "" {
 		return files, nil
 	}
@@ -47,6 +53,23 @@ func (s *Server) content() (http.Handler, error) {
 		}
 		proxy.ServeHTTP(w, r)
 	}), nil
+}
+
+// maxDrain bounds the request body read (and discarded) before a static
+// file is served.
+const maxDrain = 64 << 10
+
+// drainBody reads a request body (up to maxDrain) before the file server
+// answers, so HTTP/2 checks it against its content-length (a mismatch is
+// a PROTOCOL_ERROR stream error, RFC 9113 8.1.1) instead of the response
+// racing the DATA frames.
+func drainBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) inRoot(p string) bool {

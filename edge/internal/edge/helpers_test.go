@@ -19,6 +19,7 @@ import (
 type route struct {
 	prefix, sni string
 	values      map[string]any
+	device      string
 }
 
 func configID(t testing.TB, values map[string]any) string {
@@ -42,6 +43,9 @@ func tableJSON(t testing.TB, version int, def map[string]any, routes ...route) [
 		rule := map[string]any{"prefix": r.prefix, "group": g}
 		if r.sni != "" {
 			rule["sni"] = r.sni
+		}
+		if r.device != "" {
+			rule["device"] = r.device
 		}
 		rulesDoc = append(rulesDoc, rule)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 
+	"github.com/quic-go/quic-go"
 	"golang.org/x/net/http2"
 
 	"github.com/tailor-project/tailor/edge/internal/knobs"
@@ -28,8 +29,9 @@ type ConnConfig struct {
 	H2       *http2.Server // nil when HTTP2 is false
 	H2Base   *http.Server  // carries MaxHeaderBytes for SETTINGS_MAX_HEADER_LIST_SIZE
 	Socket   SocketOpts
-	Settings H2Settings // what the SETTINGS frame advertises
-	Inexact  []string   // knobs the library can only approximate
+	QUIC     *quic.Config // transport parameters for HTTP/3 connections
+	Settings H2Settings   // what the SETTINGS frame advertises
+	Inexact  []string     // knobs the library can only approximate
 }
 
 // Plan is a provisioned decision table; immutable once built.
@@ -67,7 +69,7 @@ func provision(t *rules.Table, reg *knobs.Registry, base *tls.Config, h1 *http.S
 }
 
 func provisionConfig(id string, full map[string]any, base *tls.Config, h1 *http.Server) *ConnConfig {
-	cc := &ConnConfig{ID: id, HTTP2: full["http.version"] == "2", Socket: socketOpts(full)}
+	cc := &ConnConfig{ID: id, HTTP2: full["http.version"] == "2", Socket: socketOpts(full), QUIC: quicConfig(full)}
 	cc.TLS = base.Clone()
 	cc.TLS.GetConfigForClient = nil
 	cc.TLS.NextProtos = alpnH11

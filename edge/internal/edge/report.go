@@ -16,16 +16,24 @@ func (s *Server) baseRecord(r *http.Request, kind string) telemetry.Record {
 		st = &ConnState{Decision: Decision{Conf: s.plan.Load().Default}, Prefix: "unknown"}
 		st.Config, st.P = st.Conf.ID, 1
 	}
+	prefix := st.Prefix
+	if prefix == "" {
+		prefix = clientPrefix(st.Addr)
+	}
 	rec := telemetry.Record{
-		Time: float64(time.Now().UnixNano()) / 1e9, Kind: kind, ClientPrefix: st.Prefix, Group: st.Group,
+		Time: float64(time.Now().UnixNano()) / 1e9, Kind: kind, ClientPrefix: prefix, Group: st.Group,
 		ConfigID: st.Config, Probability: telemetry.Ptr(st.P), TableVersion: st.TableVersion, Holdback: telemetry.Ptr(st.Holdback),
 		SNI: st.SNI, TLSFingerprint: st.JA4}
 	if s.cfg.FullAddress && st.Addr.IsValid() {
 		rec.ClientAddr = st.Addr.String()
 	}
-	rec.ALPN = "http/1.1"
-	if r.ProtoMajor == 2 {
-		rec.ALPN = "h2"
+	rec.ALPN = map[int]string{2: "h2", 3: "h3"}[r.ProtoMajor]
+	if rec.ALPN == "" {
+		rec.ALPN = "http/1.1"
+	}
+	rec.Device = st.Device
+	if st.HandshakeRTT > 0 {
+		rec.HandshakeRttMs = telemetry.Ptr(st.HandshakeRTT)
 	}
 	return rec
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/quic-go/quic-go"
 	"golang.org/x/net/http2"
 
 	"github.com/tailor-project/tailor/edge/internal/knobs"
@@ -33,6 +34,14 @@ type Server struct {
 	OnDecision func(c *Conn, st *ConnState) // test hook after the socket knobs; default nil
 	Log        *log.Logger                  // default: log.Default()
 
+	devices     *DeviceMap                                   // nil: every device "unknown"
+	altSvc      atomic.Value                                 // string: the Alt-Svc header of TCP responses ("" without --quic)
+	pendingQUIC sync.Map                                     // *quic.ClientInfo -> *quicConn, between two quic-go hooks
+	onQUIC      atomic.Pointer[func(*quic.Conn, *ConnState)] // test hook, see SetOnQUICDecision
+	mu          sync.Mutex
+	quic        *quicServer // nil without --quic
+	closed      bool
+
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 }
@@ -48,6 +57,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, reg: reg, Log: log.Default()}
+	if cfg.DeviceMap != "" {
+		if s.devices, err = LoadDeviceMap(cfg.DeviceMap); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.setupTLS(); err != nil {
 		return nil, err
 	}
@@ -103,21 +117,58 @@ func (s *Server) serveH2(_ *http.Server, c *tls.Conn, h http.Handler) {
 
 // Serve accepts TLS connections on ln until Close.
 func (s *Server) Serve(ln net.Listener) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stop = cancel
-	s.startBackground(ctx)
-	err := s.h1.Serve(tls.NewListener(listener{ln}, s.base))
-	if errors.Is(err, http.ErrServerClosed) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
-	return fmt.Errorf("edge: serve: %w", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	quicDone := make(chan error, 1)
+	if s.cfg.QUIC {
+		q, err := s.listenQUIC(ln.Addr())
+		if err != nil {
+			s.mu.Unlock()
+			cancel()
+			return err
+		}
+		s.quic = q
+		go func() { quicDone <- q.serve() }()
+	} else {
+		quicDone <- nil
+	}
+	s.startBackground(ctx)
+	s.mu.Unlock()
+	tlsConf, wrapped := s.base, listener{Listener: ln}
+	if s.cfg.Static {
+		tlsConf, wrapped.static = s.plan.Load().Default.TLS, s // no GetConfigForClient
+	}
+	err := s.h1.Serve(tls.NewListener(wrapped, tlsConf))
+	if q := s.quic; q != nil && !errors.Is(err, http.ErrServerClosed) {
+		_ = q.close() // TCP failed: stop HTTP/3 too
+	}
+	qerr := <-quicDone
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if err = errors.Join(err, qerr); err != nil {
+		return fmt.Errorf("edge: serve: %w", err)
+	}
+	return nil
 }
 
 // Close stops serving, the table poller and flushes telemetry.
 func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	q, stop := s.quic, s.stop
+	s.mu.Unlock()
 	err := s.h1.Close()
-	if s.stop != nil {
-		s.stop()
+	if q != nil {
+		err = errors.Join(err, q.close())
+	}
+	if stop != nil {
+		stop()
 	}
 	s.wg.Wait()
 	if s.sink != nil {
@@ -134,6 +185,10 @@ func (s *Server) startBackground(ctx context.Context) {
 		s.wg.Go(func() { flushEvery(ctx, s.sink, s.cfg.Flush, s.Log) })
 	}
 }
+
+// SetOnQUICDecision installs a hook called when a QUIC handshake completes
+// (tests); safe while serving: UDP gives the race detector no ordering.
+func (s *Server) SetOnQUICDecision(f func(c *quic.Conn, st *ConnState)) { s.onQUIC.Store(&f) }
 
 // Plan is the table in force.
 func (s *Server) Plan() *Plan { return s.plan.Load() }

@@ -2,6 +2,7 @@ package rules
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 )
 
@@ -46,8 +47,9 @@ func NewResolver(t *Table) *Resolver {
 			r.lengths[is4] = append(r.lengths[is4], rule.Prefix.Bits())
 		}
 	}
-	for _, ls := range r.lengths {
+	for is4, ls := range r.lengths {
 		sort.Sort(sort.Reverse(sort.IntSlice(ls)))
+		r.lengths[is4] = slices.Compact(ls) // one probe per distinct length
 	}
 	return r
 }

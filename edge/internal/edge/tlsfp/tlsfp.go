@@ -2,6 +2,9 @@
 // crypto/tls exposes of a ClientHello (tls.ClientHelloInfo). Go does not
 // expose the legacy record version or the raw extension bytes, so both
 // fingerprints are close approximations (see JA3 and JA4 below).
+//
+// Both run inside every TLS handshake, so they build their inputs in
+// stack buffers and allocate only the returned string.
 package tlsfp
 
 import (
@@ -9,10 +12,9 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"strconv"
-	"strings"
+	"unicode/utf8"
 )
 
 // extension numbers JA4 treats specially.
@@ -24,118 +26,158 @@ const (
 // isGREASE reports RFC 8701 values (0x?a?a), which fingerprints ignore.
 func isGREASE(v uint16) bool { return v&0x0f0f == 0x0a0a && v>>8 == v&0xff }
 
-func noGREASE(vs []uint16) []uint16 {
-	out := make([]uint16, 0, len(vs))
-	for _, v := range vs {
-		if !isGREASE(v) {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
 // legacyVersion approximates the ClientHello legacy_version: TLS 1.3
 // clients send 0x0303 there, older ones their highest version.
 func legacyVersion(h *tls.ClientHelloInfo) uint16 {
-	v := uint16(0)
-	for _, s := range noGREASE(h.SupportedVersions) {
-		v = max(v, s)
-	}
-	return min(v, tls.VersionTLS12)
+	return min(maxVersion(h), tls.VersionTLS12)
 }
 
-func joinDec[T uint8 | uint16 | tls.CurveID | tls.SignatureScheme](vs []T) string {
-	parts := make([]string, len(vs))
-	for i, v := range vs {
-		parts[i] = strconv.Itoa(int(v))
+func maxVersion(h *tls.ClientHelloInfo) uint16 {
+	v := uint16(0)
+	for _, s := range h.SupportedVersions {
+		if !isGREASE(s) {
+			v = max(v, s)
+		}
 	}
-	return strings.Join(parts, "-")
+	return v
+}
+
+// appendDec appends vs in decimal joined by "-", without GREASE values
+// when grease is false.
+func appendDec[T ~uint8 | ~uint16](b []byte, vs []T, dropGREASE bool) []byte {
+	first := true
+	for _, v := range vs {
+		if dropGREASE && isGREASE(uint16(v)) {
+			continue
+		}
+		if !first {
+			b = append(b, '-')
+		}
+		first = false
+		b = strconv.AppendUint(b, uint64(v), 10)
+	}
+	return b
+}
+
+func appendJA3(b []byte, h *tls.ClientHelloInfo) []byte {
+	b = strconv.AppendUint(b, uint64(legacyVersion(h)), 10)
+	b = append(b, ',')
+	b = appendDec(b, h.CipherSuites, true)
+	b = append(b, ',')
+	b = appendDec(b, h.Extensions, true)
+	b = append(b, ',')
+	b = appendDec(b, h.SupportedCurves, true)
+	b = append(b, ',')
+	return appendDec(b, h.SupportedPoints, false)
 }
 
 // JA3String is "version,ciphers,extensions,curves,point_formats" in
 // decimal (the JA3 input), GREASE removed.
 func JA3String(h *tls.ClientHelloInfo) string {
-	curves := make([]uint16, len(h.SupportedCurves))
-	for i, c := range h.SupportedCurves {
-		curves[i] = uint16(c)
-	}
-	return fmt.Sprintf("%d,%s,%s,%s,%s", legacyVersion(h), joinDec(noGREASE(h.CipherSuites)),
-		joinDec(noGREASE(h.Extensions)), joinDec(noGREASE(curves)), joinDec(h.SupportedPoints))
+	var buf [512]byte
+	return string(appendJA3(buf[:0], h))
 }
 
 // JA3 is the MD5 of JA3String, as hex.
 func JA3(h *tls.ClientHelloInfo) string {
-	sum := md5.Sum([]byte(JA3String(h)))
-	return hex.EncodeToString(sum[:])
+	var buf [512]byte
+	sum := md5.Sum(appendJA3(buf[:0], h))
+	var out [32]byte
+	hex.Encode(out[:], sum[:])
+	return string(out[:])
 }
 
 // JA4 is the JA4 TLS client fingerprint "a_b_c": a = t<ver><sni d|i><#ciphers><#exts><alpn>,
 // b = sha256 of the sorted cipher list, c = sha256 of the sorted extensions
 // (without SNI and ALPN) and the signature algorithms, both truncated to 12 hex.
-func JA4(h *tls.ClientHelloInfo) string {
-	ciphers, exts := noGREASE(h.CipherSuites), noGREASE(h.Extensions)
-	a := fmt.Sprintf("t%s%s%02d%02d%s", ja4Version(h), ja4SNI(h), min(len(ciphers), 99), min(len(exts), 99), ja4ALPN(h))
-	return a + "_" + hash12(hexList(sorted(ciphers))) + "_" + hash12(ja4Extensions(h, exts))
+func JA4(h *tls.ClientHelloInfo) string { return ja4(h, 't') }
+
+// JA4QUIC is JA4 for a ClientHello carried in QUIC (protocol letter "q").
+func JA4QUIC(h *tls.ClientHelloInfo) string { return ja4(h, 'q') }
+
+func ja4(h *tls.ClientHelloInfo, proto byte) string {
+	var cbuf, ebuf [64]uint16
+	ciphers := keep(cbuf[:0], h.CipherSuites, func(v uint16) bool { return !isGREASE(v) })
+	exts := keep(ebuf[:0], h.Extensions, func(v uint16) bool { return !isGREASE(v) })
+	var out [64]byte
+	b := append(out[:0], proto)
+	b = append(b, ja4Version(h)...)
+	b = append(b, "id"[min(len(h.ServerName), 1)])
+	b = appendTwo(b, min(len(ciphers), 99))
+	b = appendTwo(b, min(len(exts), 99))
+	b = appendALPN(b, h.SupportedProtos)
+
+	var in [1024]byte
+	slices.Sort(ciphers)
+	b = append(b, '_')
+	b = appendHash12(b, appendHexList(in[:0], ciphers))
+
+	kept := keep(ebuf[:0], exts, func(v uint16) bool { return v != extSNI && v != extALPN })
+	slices.Sort(kept)
+	s := appendHexList(in[:0], kept)
+	if len(h.SignatureSchemes) > 0 {
+		s = append(s, '_')
+		s = appendHexList(s, h.SignatureSchemes)
+	}
+	b = append(b, '_')
+	b = appendHash12(b, s)
+	return string(b)
+}
+
+// keep appends the values of vs that pass ok to dst (dst may alias vs).
+func keep(dst, vs []uint16, ok func(uint16) bool) []uint16 {
+	for _, v := range vs {
+		if ok(v) {
+			dst = append(dst, v)
+		}
+	}
+	return dst
 }
 
 func ja4Version(h *tls.ClientHelloInfo) string {
-	v := uint16(0)
-	for _, s := range noGREASE(h.SupportedVersions) {
-		v = max(v, s)
-	}
-	names := map[uint16]string{tls.VersionTLS13: "13", tls.VersionTLS12: "12", tls.VersionTLS11: "11", tls.VersionTLS10: "10"}
-	if n, ok := names[v]; ok {
-		return n
+	switch maxVersion(h) {
+	case tls.VersionTLS13:
+		return "13"
+	case tls.VersionTLS12:
+		return "12"
+	case tls.VersionTLS11:
+		return "11"
+	case tls.VersionTLS10:
+		return "10"
 	}
 	return "00"
 }
 
-func ja4SNI(h *tls.ClientHelloInfo) string {
-	if h.ServerName != "" {
-		return "d"
+func appendTwo(b []byte, n int) []byte { return append(b, byte('0'+n/10), byte('0'+n%10)) }
+
+// appendALPN appends the first and last character of the first ALPN value
+// ("00" without one).
+func appendALPN(b []byte, protos []string) []byte {
+	if len(protos) == 0 || protos[0] == "" {
+		return append(b, "00"...)
 	}
-	return "i"
+	p := protos[0]
+	return utf8.AppendRune(utf8.AppendRune(b, rune(p[0])), rune(p[len(p)-1]))
 }
 
-func ja4ALPN(h *tls.ClientHelloInfo) string {
-	if len(h.SupportedProtos) == 0 || h.SupportedProtos[0] == "" {
-		return "00"
-	}
-	p := h.SupportedProtos[0]
-	return string(p[0]) + string(p[len(p)-1])
-}
-
-func ja4Extensions(h *tls.ClientHelloInfo, exts []uint16) string {
-	kept := slices.DeleteFunc(slices.Clone(exts), func(e uint16) bool { return e == extSNI || e == extALPN })
-	s := hexList(sorted(kept))
-	sigs := make([]uint16, len(h.SignatureSchemes))
-	for i, v := range h.SignatureSchemes {
-		sigs[i] = uint16(v)
-	}
-	if len(sigs) > 0 {
-		s += "_" + hexList(sigs)
-	}
-	return s
-}
-
-func sorted(vs []uint16) []uint16 {
-	out := slices.Clone(vs)
-	slices.Sort(out)
-	return out
-}
-
-func hexList(vs []uint16) string {
-	parts := make([]string, len(vs))
+// appendHexList appends vs as 4-digit hex joined by ",".
+func appendHexList[T ~uint16](b []byte, vs []T) []byte {
+	const digits = "0123456789abcdef"
 	for i, v := range vs {
-		parts[i] = fmt.Sprintf("%04x", v)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, digits[v>>12&0xf], digits[v>>8&0xf], digits[v>>4&0xf], digits[v&0xf])
 	}
-	return strings.Join(parts, ",")
+	return b
 }
 
-func hash12(s string) string {
-	if s == "" {
-		return "000000000000"
+// appendHash12 appends the first 12 hex digits of sha256(s), or 12 zeros
+// for an empty s.
+func appendHash12(b, s []byte) []byte {
+	if len(s) == 0 {
+		return append(b, "000000000000"...)
 	}
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])[:12]
+	sum := sha256.Sum256(s)
+	return hex.AppendEncode(b, sum[:6])
 }

@@ -1,10 +1,11 @@
-"""MeasuredOracle on the committed testbed dataset (data/oracle/tb-v1): loading, exactness, sanity, errors."""
+"""MeasuredOracle on the committed testbed datasets (tb-v2 objects + Chromium pages; tb-v1): loading, exactness,
+sanity, page borrowing, errors."""
 
 import numpy as np
 import pytest
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space
+from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space, _DATA
 from tailor.oracle.select import select_oracle
 from tailor.space import ConfigSpace
 from tailor.testbed.analysis import best_vs_default, error_summary, loco_errors
@@ -19,9 +20,19 @@ def measured():
 
 def test_dataset_loads_with_coverage(measured):
     d = measured.describe()
-    assert d["kind"] == "measured" and d["conditions"] >= 20
-    assert {"object-10KB", "object-100KB", "object-1MB"} <= set(measured.websites)
+    assert DATASET.name == "tb-v2" and d["name"] == "measured-tb-v2"
+    assert d["kind"] == "measured" and d["conditions"] >= 40
+    assert {"object-10KB", "object-100KB", "object-1MB", "object-2MB"} <= set(measured.websites)
     assert len(measured.anchors) == 18 and d["median_reps"] >= 3
+    assert len(d["pages_measured"]) >= 5 and d["page_conditions"] >= 5
+    fams = set(measured.table.merge(measured.conds, on="condition").condition)
+    assert {"mm-att-lte-driving", "pan-nepal-india", "geo-viasat"} <= fams  # trace-driven, developing, satellite
+
+
+def test_tb_v1_still_loads_without_pages():
+    v1 = MeasuredOracle(_DATA / "tb-v1")
+    assert v1.name == "measured-tb-v1" and len(v1.conds) == 25 and v1.page_table.empty
+    assert all(s.kind == "object" for s in v1.websites.values())
 
 
 def test_exact_at_measured_points(measured):
@@ -55,19 +66,45 @@ def test_grid_queries_are_positive_and_sane(measured):
     assert ((theta >= 0.005) & (theta <= 0.25)).all()
 
 
+def test_pages_exact_at_measured_points_and_borrowed_elsewhere(measured):
+    space = _anchor_space(measured.anchors)
+    bw, rtt, loss, q = measured._cond_values()
+    cidx = {c: i for i, c in enumerate(measured.conds.condition)}
+    cols = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): j
+            for j, c in enumerate(space.configs)}
+    t = measured.page_table[measured.page_table.page == "page-medium-2"]
+    pred = measured.mode_at(bw, rtt, loss, q, "page-medium-2", space)
+    got = [pred[cidx[r.condition], cols[tuple(getattr(r, k) for k in KEYS)]] for r in t.itertuples()]
+    np.testing.assert_allclose(got, t["median"].to_numpy(), rtol=1e-9)
+    core, g = ConfigSpace.named("core"), measured.grid
+    cells = [g.cell(bw=1, rtt=400, loss=0.0), g.cell(bw=50, rtt=20, loss=0.0)]
+    for page in ("page-light-1", "page-heavy-4"):  # measured, and borrowed from the nearest measured page
+        m = measured.mode_ms(cells, page, core)
+        assert m.shape == (2, len(core)) and (m > 0).all() and (m[0] > m[1]).all()
+    assert measured.describe()["pages_borrowed"]["page-heavy-4"] in measured.describe()["pages_measured"]
+    only = MeasuredOracle(DATASET, pages="measured")
+    with pytest.raises(OracleError, match="page-heavy-4"):
+        only.mode_ms(cells, "page-heavy-4", core)
+    with pytest.raises(OracleError, match="not measured"):  # reno was not loaded in Chromium
+        MeasuredOracle(DATASET, strict=True).mode_ms(cells, "page-light-1",
+                                                     ConfigSpace({"tcp.congestion_control": ["cubic", "reno"]}))
+
+
 def test_clear_errors(measured, tmp_path):
     with pytest.raises(OracleError, match="no measured dataset"):
         MeasuredOracle(tmp_path)
-    with pytest.raises(OracleError, match="page-medium-2"):
-        measured.mode_ms([0], "page-medium-2", ConfigSpace.named("core"))
+    with pytest.raises(OracleError, match="pages"):
+        MeasuredOracle(DATASET, pages="some")
+    with pytest.raises(OracleError, match="page-nope"):
+        measured.mode_ms([0], "page-nope", ConfigSpace.named("core"))
     strict = MeasuredOracle(DATASET, strict=True)
     with pytest.raises(OracleError, match="not measured"):
         strict.mode_ms([0], "object-10KB", ConfigSpace.named("core"))  # IW 16/64 and rto_min 50 are not measured
-    ok, why = measured.covers(ConfigSpace.named("core"), ["object-10KB", "page-medium-2"])
+    ok, why = measured.covers(ConfigSpace.named("core"), ["object-10KB", "page-heavy-4"])
     assert not ok
 
 
-def test_default_stays_model_until_pages_are_measured():
+def test_auto_stays_model_while_core_knobs_are_unmeasured():
     assert select_oracle("auto").kind == "model"
     assert select_oracle("measured").kind == "measured"
     with pytest.raises(OracleError, match="oracle"):
@@ -76,7 +113,9 @@ def test_default_stays_model_until_pages_are_measured():
 
 def test_interpolation_error_and_best_config_share(measured):
     err = error_summary(loco_errors(measured))
-    assert err["points"] > 200 and err["median_abs"] < 0.25, err
+    assert err["points"] > 3000 and err["median_abs"] < 0.25, err
+    perr = error_summary(loco_errors(measured, kind="page"))
+    assert perr["points"] > 100 and perr["median_abs"] < 0.35, perr
     best = best_vs_default(measured.table)
     assert (best.gain > 0.05).mean() > 0.3  # tuning pays off in a good share of cells
     assert best.best.value_counts(normalize=True).max() < 0.6  # the seeds' observation: no single best config

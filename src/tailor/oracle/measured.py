@@ -19,13 +19,21 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   configurations with an OracleError instead.
 * Noise (``noise="measured"``, default): theta from the measured dispersion (coefficient of variation over
   repetitions, pooled by median over configurations per condition and size) through the Erlang(k) relation
-  CV = sqrt(k) theta / (1 + k theta), interpolated between conditions with the same weights. Lossless emulated paths are nearly deterministic
-  (theta at the 0.005 floor), far less noisy than the Internet; ``noise="model"`` uses the model's theta instead.
-* Pages (Chromium) are not measured: asking for a page raises OracleError.
+  CV = sqrt(k) theta / (1 + k theta), interpolated between conditions with the same weights. Lossless emulated
+  paths are nearly deterministic (theta at the 0.005 floor), far less noisy than the Internet; ``noise="model"``
+  uses the model's theta instead.
+* Pages (tb-v2): page-load times of the five catalog pages loaded by headless Chromium (``pages/`` in the
+  dataset; PLT = Navigation Timing loadEventEnd), treated exactly like objects: one more workload with its own
+  ratio matrix over its measured conditions and configurations. With ``pages="catalog"`` (default) the other
+  catalog pages are answered too: a page that was not measured borrows the measured/model ratio of the nearest
+  measured page (log object count, log bytes) and gets the model's value for its own structure. ``pages="measured"``
+  offers only the measured pages. A configuration whose CC was not measured for a workload (reno for pages)
+  borrows the ratio of the same IW / HTTP version with the nearest measured CC (cubic first); ``strict`` refuses.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,24 +42,34 @@ import pandas as pd
 from tailor.errors import OracleError
 from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
 from tailor.oracle.model import DEFAULT_GRID, ModelOracle
-from tailor.oracle.websites import default_catalog
+from tailor.oracle.websites import OBJECT_SIZES, default_catalog
 from tailor.space import ConfigSpace
 
-DEFAULT_DATASET = Path(__file__).resolve().parents[3] / "data" / "oracle" / "tb-v1"
+_DATA = Path(__file__).resolve().parents[3] / "data" / "oracle"
+DEFAULT_DATASET = _DATA / "tb-v2" if (_DATA / "tb-v2" / "measurements.parquet").exists() else _DATA / "tb-v1"
+PAGES_SUBDIR = "pages"
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
 FEATURE_SCALE = np.array([np.log(4.0), np.log(3.0), np.log(11.0)])  # one unit = x4 bw, x3 RTT, 0 -> 1 % loss
 THETA_BOUNDS = (0.005, 0.25)
+PAGE_MODES = ("catalog", "measured", "none")
+CC_FALLBACK = ("cubic", "bbr", "reno")
 MTU, MSS = 1500, 1448
 
 
-def load_medians(dataset: str | Path = DEFAULT_DATASET) -> pd.DataFrame:
-    """Median, count and coefficient of variation per (condition, size, configuration) of valid fetches."""
-    path = Path(dataset) / "measurements.parquet"
+def load_medians(dataset: str | Path = DEFAULT_DATASET, pages: bool = False) -> pd.DataFrame:
+    """Median, count and coefficient of variation per (condition, workload, configuration) of valid fetches.
+
+    ``pages=True`` reads the Chromium page loads (``<dataset>/pages``; empty frame if there are none)."""
+    path = Path(dataset) / (f"{PAGES_SUBDIR}/measurements.parquet" if pages else "measurements.parquet")
     if not path.exists():
+        if pages:
+            return pd.DataFrame()
         raise OracleError(f"no measured dataset at {path}; run `tailor testbed measure` (docs/testbed.md)")
     df = pd.read_parquet(path)
     df = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])]
-    cond = ["condition", "down_mbps", "rtt_ms", "loss", "queue_packets", "size_bytes"]
+    if not pages and "page" in df.columns:
+        df = df[df["page"].fillna("") == ""]
+    cond = ["condition", "down_mbps", "rtt_ms", "loss", "queue_packets", "size_bytes"] + (["page"] if pages else [])
     g = df.groupby(cond + KEYS)["completion_ms"]
     out = g.agg(median="median", n="count", mean="mean", sd="std").reset_index()
     out["cv"] = (out["sd"] / out["mean"]).fillna(0.0)
@@ -59,30 +77,49 @@ def load_medians(dataset: str | Path = DEFAULT_DATASET) -> pd.DataFrame:
 
 
 class MeasuredOracle(Oracle):
-    """Measured single-object completion times, interpolated across conditions with the model's shape."""
+    """Measured completion / page-load times, interpolated across conditions with the model's shape."""
 
-    name = "measured-tb-v1"
     kind = "measured"
-    supports_pages = False  # Chromium page loads are not in the dataset yet (docs/testbed.md, "missing")
+    supports_pages = True  # tb-v2 has Chromium page loads; tb-v1 has none (then ``websites`` holds objects only)
 
     def __init__(self, dataset: str | Path = DEFAULT_DATASET, strict: bool = False, neighbours: int = 4,
-                 power: float = 2.0, shape: str = "model", grid: ConditionGrid = DEFAULT_GRID, noise: str = "measured"):
-        if shape not in ("model", "none") or noise not in ("measured", "model"):
-            raise OracleError(f"The 'shape'/'noise' parameters of MeasuredOracle must be 'model'|'none' and "
-                              f"'measured'|'model'. Got {shape!r}, {noise!r}.")
-        self.noise = noise
+                 power: float = 2.0, shape: str = "model", grid: ConditionGrid = DEFAULT_GRID, noise: str = "measured",
+                 pages: str = "catalog"):
+        if shape not in ("model", "none") or noise not in ("measured", "model") or pages not in PAGE_MODES:
+            raise OracleError(f"The 'shape'/'noise'/'pages' parameters of MeasuredOracle must be 'model'|'none', "
+                              f"'measured'|'model' and one of {PAGE_MODES}. Got {shape!r}, {noise!r}, {pages!r}.")
+        self.noise, self.pages_mode = noise, pages
         self.dataset, self.strict, self.k, self.power, self.shape = Path(dataset), strict, neighbours, power, shape
+        self.name = f"measured-{self.dataset.name}"
         self.grid = grid
-        self.table = load_medians(dataset)
         self._model = ModelOracle(grid)
-        self.conds = self.table.drop_duplicates("condition")[["condition", "down_mbps", "rtt_ms", "loss",
-                                                              "queue_packets"]].reset_index(drop=True)
-        self.anchors = self.table[KEYS].drop_duplicates().sort_values(KEYS).reset_index(drop=True)
-        sizes = set(self.table["size_bytes"])
-        self.websites = {n: s for n, s in default_catalog().items() if s.kind == "object" and s.total_bytes in sizes}
-        self._site_by_size = {s.total_bytes: s for s in self.websites.values()}
-        self._log_ratio = {size: self._ratio_matrix(size) for size in sizes}
-        self._theta = {size: self._theta_vector(size) for size in sizes}
+        catalog = default_catalog()
+        self.table = load_medians(dataset)
+        self.table["workload"] = self.table["size_bytes"].map(_object_name)
+        self.table = self.table[self.table["workload"].notna()].reset_index(drop=True)
+        self.page_table = load_medians(dataset, pages=True) if pages != "none" else pd.DataFrame()
+        measured_pages = {}
+        if not self.page_table.empty:
+            self.page_table["workload"] = self.page_table["page"]
+            manifest = _page_manifest(self.dataset)
+            measured_pages = {n: manifest.get(n) or catalog[n] for n in sorted(set(self.page_table["page"]))}
+        both = pd.concat([self.table, self.page_table], ignore_index=True)
+        self.conds = both.drop_duplicates("condition")[["condition", "down_mbps", "rtt_ms", "loss",
+                                                        "queue_packets"]].reset_index(drop=True)
+        self.anchors = both[KEYS].drop_duplicates().sort_values(KEYS).reset_index(drop=True)
+        # workloads = what was measured, by website name (objects from the catalog, pages as really served)
+        self.workloads = {n: catalog[n] for n in sorted(set(self.table["workload"]))}
+        self.workloads.update(measured_pages)
+        self._site_by_size = {catalog[n].total_bytes: catalog[n] for n in set(self.table["workload"])}
+        self._borrow = {n: n for n in self.workloads}  # website -> the measured workload whose ratios it uses
+        if pages == "catalog" and measured_pages:
+            for n, site in catalog.items():
+                if site.kind == "page" and n not in measured_pages:
+                    self._borrow[n] = _nearest_page(site, measured_pages)
+        self.websites = {n: (self.workloads[n] if n in self.workloads else catalog[n]) for n in self._borrow}
+        self._log_ratio = {w: self._ratio_matrix(w) for w in self.workloads}
+        self._measured_anchor = {w: np.isfinite(lr).any(axis=0) for w, lr in self._log_ratio.items()}
+        self._theta = {w: self._theta_vector(w) for w in self.workloads}
 
     # -- Oracle interface ---------------------------------------------------------------------------
     def mode_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
@@ -93,75 +130,98 @@ class MeasuredOracle(Oracle):
         if self.noise == "model":  # the testbed is near-deterministic without loss; the model's theta is the world's
             return self._model.noise_theta(cells, website)
         bw, rtt, loss, _ = self.grid.values(np.asarray(cells, dtype=int).ravel())
-        size = self.website(website).total_bytes
-        w = self._weights(np.c_[bw, rtt, loss], np.isfinite(self._theta[size])[:, None])[:, :, 0]
-        return np.clip(w @ np.nan_to_num(self._theta[size]), *THETA_BOUNDS)
+        self.website(website)
+        w_name = self._borrow[website]
+        w = self._weights(np.c_[bw, rtt, loss], np.isfinite(self._theta[w_name])[:, None])[:, :, 0]
+        return np.clip(w @ np.nan_to_num(self._theta[w_name]), *THETA_BOUNDS)
 
     def describe(self) -> dict:
+        borrowed = {n: w for n, w in self._borrow.items() if n != w}
+        pt = self.page_table
         return {"name": self.name, "kind": self.kind, "dataset": str(self.dataset),
-                "conditions": int(len(self.conds)), "sizes": sorted(int(s) for s in self._log_ratio),
+                "conditions": int(len(self.conds)), "sizes": sorted(int(s) for s in self._site_by_size),
                 "measured_configs": [f"{a.cc} iw{a.iw} rto{a.rto_min_ms} h{a.http}" for a in self.anchors.itertuples()],
                 "points": int(len(self.table)), "median_reps": float(self.table["n"].median()),
+                "pages_measured": sorted(set(pt["page"])) if not pt.empty else [],
+                "page_points": int(len(pt)), "page_conditions": int(pt["condition"].nunique()) if not pt.empty else 0,
+                "pages_borrowed": borrowed,
                 "method": f"IDW (k={self.k}, p={self.power}) of log(measured/model) over (log bw, log RTT, log loss); "
-                          f"shape={self.shape}; unmeasured knob values anchored on the nearest measured config",
+                          f"shape={self.shape}; unmeasured knob values anchored on the nearest measured config; "
+                          f"unmeasured pages borrow the nearest measured page's ratio (pages={self.pages_mode})",
                 "noise": self.noise, "strict": self.strict, "websites": sorted(self.websites)}
 
     # -- queries at raw condition values ------------------------------------------------------------
     def mode_at(self, bw, rtt, loss, q, website: str, space: ConfigSpace, exclude: str | None = None) -> np.ndarray:
         """Mode for conditions given by value (not cell); ``exclude`` drops one measured condition (LOCO)."""
-        size = self.website(website).total_bytes
+        site = self.website(website)
+        w_name = self._borrow[website]
         bw, rtt, loss, q = (np.asarray(a, dtype=float).ravel() for a in (bw, rtt, loss, q))
-        anchor_idx = self._anchor_of(space)
-        lr = self._log_ratio[size][:, anchor_idx]  # (m, K)
+        anchor_idx = self._anchor_of(space, workload=w_name)
+        lr = self._log_ratio[w_name][:, anchor_idx]  # (m, K)
         avail = np.isfinite(lr)
         if exclude is not None:
             avail[(self.conds["condition"] == exclude).to_numpy()] = False
         w = self._weights(np.c_[bw, rtt, loss], avail)  # (n, m, K)
         interp = np.einsum("nmk,mk->nk", w, np.nan_to_num(lr))
-        return np.exp(interp) * self._shape(bw, rtt, loss, q, size, space)
+        return np.exp(interp) * self._shape(bw, rtt, loss, q, site, space)
 
     def covers(self, space: ConfigSpace, websites) -> tuple[bool, str]:
-        """Whether every configuration of ``space`` and every website is measured (no anchoring needed)."""
-        missing_sites = sorted(set(websites) - set(self.websites))
+        """Whether every configuration of ``space`` and every website is measured (no anchoring, no borrowing)."""
+        missing_sites = sorted(set(websites) - set(self.workloads))
         try:
-            MeasuredOracle._anchor_of(self, space, strict=True)
+            for w in {self._borrow.get(n, n) for n in websites} & set(self.workloads) or {None}:
+                MeasuredOracle._anchor_of(self, space, strict=True, workload=w)
         except OracleError as err:
             return False, str(err)
         return (not missing_sites, f"websites not measured: {missing_sites[:6]}..." if missing_sites else "covered")
 
     # -- internals ----------------------------------------------------------------------------------
-    def _shape(self, bw, rtt, loss, q, size: int, space: ConfigSpace) -> np.ndarray:
+    def _shape(self, bw, rtt, loss, q, site: Website, space: ConfigSpace) -> np.ndarray:
         if self.shape == "none":
             return np.ones((len(bw), len(space)))
-        return _model_ms(self._site_by_size[size], bw, rtt, loss, q, space)
+        return _model_ms(site, bw, rtt, loss, q, space)
 
-    def _anchor_of(self, space: ConfigSpace, strict: bool | None = None) -> np.ndarray:
+    def _anchor_of(self, space: ConfigSpace, strict: bool | None = None, workload: str | None = None) -> np.ndarray:
+        """Per configuration of ``space``, the index of the measured configuration whose ratios it uses.
+
+        Same CC and HTTP version, nearest IW (log) and rto_min; if this workload has no measurement with that CC,
+        the nearest measured CC in the order cubic, bbr, reno (``strict`` refuses both kinds of anchoring)."""
         strict = self.strict if strict is None else strict
+        measured = self._measured_anchor.get(workload) if workload is not None else None
+        a = self.anchors if measured is None else self.anchors[measured]
         idx = []
         for c in space.configs:
-            a = self.anchors
-            cand = a[(a.cc == c["tcp.congestion_control"]) & (a.http == c["http.version"])]
+            cc, http = c["tcp.congestion_control"], c["http.version"]
+            cand = a[(a.cc == cc) & (a.http == http)]
+            borrowed_cc = False
             if cand.empty:
-                raise OracleError(f"{self.name}: no measurement with cc={c['tcp.congestion_control']} "
-                                  f"http={c['http.version']} (configuration {c.label()})")
+                other = [x for x in CC_FALLBACK if x != cc and ((a.cc == x) & (a.http == http)).any()]
+                if not other:
+                    raise OracleError(f"{self.name}: no measurement with cc={cc} http={http} "
+                                      f"(configuration {c.label()}, workload {workload})")
+                cand, borrowed_cc = a[(a.cc == other[0]) & (a.http == http)], True
             dist = (np.abs(np.log(cand.iw / c["tcp.initial_cwnd"]))
                     + np.abs(np.log(cand.rto_min_ms / c["tcp.rto_min_ms"])))
             best = dist.idxmin()
-            if strict and (dist[best] > 0 or _unmeasured_changes(c)):
+            if strict and (borrowed_cc or dist[best] > 0 or _unmeasured_changes(c)):
                 raise OracleError(f"{self.name} (strict): configuration {c.label()} {_unmeasured_changes(c) or ''} "
-                                  f"is not measured; measured IW {sorted(set(self.anchors.iw))}, rto_min "
-                                  f"{sorted(set(self.anchors.rto_min_ms))}")
+                                  f"is not measured for {workload or 'every workload'}; measured IW "
+                                  f"{sorted(set(a.iw))}, CC {sorted(set(a.cc))}, rto_min {sorted(set(a.rto_min_ms))}")
             idx.append(best)
         return np.array(idx, dtype=int)
 
-    def _ratio_matrix(self, size: int) -> np.ndarray:
+    def _wtable(self, workload: str) -> pd.DataFrame:
+        t = self.page_table if self.workloads[workload].kind == "page" else self.table
+        return t[t.workload == workload]
+
+    def _ratio_matrix(self, workload: str) -> np.ndarray:
         """log(measured median / shape) per (measured condition, anchor config); NaN where not measured."""
-        t = self.table[self.table.size_bytes == size]
+        t = self._wtable(workload)
         out = np.full((len(self.conds), len(self.anchors)), np.nan)
         aidx = {tuple(r): i for i, r in enumerate(self.anchors[KEYS].itertuples(index=False))}
         space = _anchor_space(self.anchors)
         cidx = {c: i for i, c in enumerate(self.conds.condition)}
-        shape = self._shape(*self._cond_values(), size, space)  # (m, len(space))
+        shape = self._shape(*self._cond_values(), self.workloads[workload], space)  # (m, len(space))
         col = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): j
                for j, c in enumerate(space.configs)}
         for r in t.itertuples():
@@ -169,8 +229,9 @@ class MeasuredOracle(Oracle):
             out[cidx[r.condition], aidx[key]] = np.log(r.median / shape[cidx[r.condition], col[key]])
         return out
 
-    def _theta_vector(self, size: int) -> np.ndarray:
-        t = self.table[(self.table.size_bytes == size) & (self.table.n >= 2)]
+    def _theta_vector(self, workload: str) -> np.ndarray:
+        t = self._wtable(workload)
+        t = t[t.n >= 2]
         cv = t.groupby("condition")["cv"].median()
         cv = np.array([cv.get(c, np.nan) for c in self.conds.condition])
         k = NOISE_SHAPE
@@ -190,12 +251,35 @@ class MeasuredOracle(Oracle):
         d2 = ((diff / FEATURE_SCALE) ** 2).sum(-1)
         d2 = np.where(avail[None, :, :], d2[:, :, None], np.inf)  # (n, m, K)
         if not np.isfinite(d2).any(axis=1).all():
-            raise OracleError(f"{self.name}: a configuration has no measurement at any condition for this size")
+            raise OracleError(f"{self.name}: a configuration has no measurement at any condition for this workload")
         kth = np.sort(d2, axis=1)[:, min(self.k, d2.shape[1]) - 1: min(self.k, d2.shape[1]), :]
         w = np.where(d2 <= kth, 1.0 / np.maximum(d2, 1e-12) ** (self.power / 2), 0.0)
         exact = d2 < 1e-12
         w = np.where(exact.any(axis=1, keepdims=True), exact.astype(float), w)
         return w / w.sum(axis=1, keepdims=True)
+
+
+def _object_name(size: int) -> str | None:
+    return {s: n for n, s in OBJECT_SIZES.items()}.get(int(size))
+
+
+def _page_manifest(dataset: Path) -> dict[str, Website]:
+    """The pages as really served (``pages/pages.json`` written by the harness), as Websites."""
+    path = dataset / PAGES_SUBDIR / "pages.json"
+    if not path.exists():
+        return {}
+    from tailor.oracle.websites import make_page
+
+    rows = json.loads(path.read_text())
+    return {n: make_page(n, [(r["size_bytes"], r["origin"], r["level"], r["kind"]) for r in rs])
+            for n, rs in rows.items()}
+
+
+def _nearest_page(site: Website, measured: dict[str, Website]) -> str:
+    """The measured page closest in (log object count, log bytes): its measured/model ratios stand in."""
+    def dist(m: Website) -> float:
+        return (np.log(len(m.objects) / len(site.objects)) ** 2 + np.log(m.total_bytes / site.total_bytes) ** 2)
+    return min(sorted(measured), key=lambda n: dist(measured[n]))
 
 
 def _features(x: np.ndarray) -> np.ndarray:

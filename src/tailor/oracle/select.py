@@ -15,7 +15,7 @@ ORACLES = ("auto", "model", "measured")
 
 
 def default_oracle() -> Oracle:
-    """The measured oracle if ``data/oracle/tb-v1`` covers core + the default websites, else the model."""
+    """The measured oracle if the newest dataset (``data/oracle/tb-v2``) covers core + the default websites, else the model."""
     return select_oracle("auto")
 
 

@@ -6,7 +6,7 @@ import json
 import signal
 from pathlib import Path
 
-DEFAULT_OUT = "data/oracle/tb-v1"
+DEFAULT_OUT = "data/oracle/tb-v2"
 
 
 def add_parser(sub) -> None:
@@ -19,6 +19,16 @@ def add_parser(sub) -> None:
     m.add_argument("--budget-min", type=float, default=None, help="start no job after this many minutes")
     m.add_argument("--requeue-lateness-ms", type=float, default=None,
                    help="re-measure fetches of runs whose emulator p99 lateness exceeded this (ms)")
+    fa = tsub.add_parser("fairness", help="Jain's fairness of tuned vs default flows on one shallow bottleneck")
+    fa.add_argument("--flows", type=int, default=30, help="concurrent long flows (default 30)")
+    fa.add_argument("--rate-mbit", type=float, default=30.0, help="bottleneck rate (default 30 Mbit/s)")
+    fa.add_argument("--rtt", type=float, default=40.0, help="RTT in ms (default 40)")
+    fa.add_argument("--duration", type=float, default=25.0, help="seconds per run (default 25)")
+    fa.add_argument("--warmup", type=float, default=5.0, help="seconds excluded at the start (default 5)")
+    fa.add_argument("--tuned", default="bbr:32", help="tuned CC:IW (default bbr:32); default flows are cubic:10")
+    fa.add_argument("--mixes", default="0,10,50,90,100", help="tuned shares in percent (default 0,10,50,90,100)")
+    fa.add_argument("--buffers", default="0.5,1", help="drop-tail buffer in BDP (default 0.5,1)")
+    fa.add_argument("--out", default="data/testbed/fairness.json", help="result JSON (a .md table is written too)")
     iw = tsub.add_parser("check-iw", help="count data packets of the first RTT for configured initial windows")
     iw.add_argument("--iw", default="4,10,32", help="comma list of initial windows (default 4,10,32)")
     iw.add_argument("--cc", default="cubic,bbr", help="comma list of congestion controls (default cubic,bbr)")
@@ -29,7 +39,33 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.testbed_command == "measure":
         return _measure(args)
+    if args.testbed_command == "fairness":
+        return _fairness(args)
     return _check_iw(args)
+
+
+def _fairness(args) -> int:
+    from tailor.errors import ParameterError
+    from tailor.testbed.fairness import FairnessSetup, run_experiment
+    from tailor.testbed.server import tailor_link_binary
+
+    try:
+        cc, iw = args.tuned.split(":")
+        mixes = tuple(float(m) / 100 for m in args.mixes.split(","))
+        buffers = tuple(float(b) for b in args.buffers.split(","))
+        iw = int(iw)
+    except ValueError:
+        raise ParameterError(f"The '--tuned', '--mixes' and '--buffers' parameters of testbed fairness must be "
+                             f"CC:IW and comma lists of numbers. Got {args.tuned!r}, {args.mixes!r}, "
+                             f"{args.buffers!r}.") from None
+    setup = FairnessSetup(flows=args.flows, rate_mbit=args.rate_mbit, rtt_ms=args.rtt, duration_s=args.duration,
+                          warmup_s=args.warmup, tuned_cc=cc, tuned_iw=iw, mixes=mixes, buffers_bdp=buffers)
+    _interrupt_on_term()
+    res = run_experiment(setup, tailor_link_binary(), Path(args.out))
+    print(json.dumps({"out": args.out, "runs": len(res["runs"]),
+                      "jain": {f"{r['buffer_bdp']:g}bdp/{100 * r['mix']:.0f}%": round(r["jain"], 3)
+                               for r in res["runs"]}}))
+    return 0
 
 
 def _measure(args) -> int:

@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timezone
@@ -25,6 +26,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from tailor.testbed.conditions import QUEUE_FLOOR_PACKETS
+from tailor.testbed.pages import prepare_pages
 from tailor.testbed.plan import Job, Plan
 from tailor.testbed.runner import job_seed, run_job, stop_all
 from tailor.testbed.server import prepare_site, require_tools, tailor_link_binary
@@ -34,6 +36,7 @@ HEAVY_MBPS = 25.0
 MEDIUM_MBPS = 5.0
 MEDIUM_WIDTH = 2
 MAX_ATTEMPTS = 2  # a job whose fetches failed is retried once (only the missing keys)
+_STOPPING = threading.Event()
 
 
 def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None = None,
@@ -55,10 +58,19 @@ def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None
     jobs = [(j, [f for f in j.fetches if f.key not in done]) for j in plan.jobs()]
     jobs = [(j, todo) for j, todo in jobs if todo]
     deadline = time.monotonic() + (budget_s or 1e12)
+    _STOPPING.clear()
     with tempfile.TemporaryDirectory(prefix="tailor-site-") as site:
-        prepare_site(Path(site), plan.sizes, plan.seed)
+        pages = None
+        if plan.pages:
+            require_tools("chromium")
+            pages = prepare_pages(Path(site), plan.pages, plan.seed)
+            (store.dir / "pages.json").write_text(json.dumps(pages["manifest"]))  # what was really served
+            prov["pages"] = {n: {"objects": len(r), "bytes": sum(x["size_bytes"] for x in r),
+                                 "origins": len({x["origin"] for x in r})} for n, r in pages["manifest"].items()}
+        else:
+            prepare_site(Path(site), plan.sizes, plan.seed)
         try:
-            counts = _run_phases(jobs, Path(site), tl_bin, plan.seed, store, parallel, deadline, console)
+            counts = _run_phases(jobs, Path(site), tl_bin, plan.seed, store, parallel, deadline, console, pages)
         finally:
             df = store.compact()
     prov.update(finished_utc=_now(), load_end=list(os.getloadavg()), **counts,
@@ -67,11 +79,14 @@ def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None
     return prov
 
 
-def _run_phases(jobs, site, tl_bin, seed, store, parallel, deadline, console) -> dict:
+def _run_phases(jobs, site, tl_bin, seed, store, parallel, deadline, console, pages=None) -> dict:
     by_time = sorted(jobs, key=lambda x: -x[0].estimate_s())  # longest first packs the pools best
-    heavy = [x for x in by_time if x[0].condition.down_mbps >= HEAVY_MBPS]
-    medium = [x for x in by_time if MEDIUM_MBPS <= x[0].condition.down_mbps < HEAVY_MBPS]
-    slow = [x for x in by_time if x[0].condition.down_mbps < MEDIUM_MBPS]
+    if pages is not None:  # Chromium needs real CPU itself: page jobs run ``parallel`` at a time (use 1 or 2)
+        heavy, medium, slow = [], [], by_time
+    else:
+        heavy = [x for x in by_time if x[0].condition.down_mbps >= HEAVY_MBPS]
+        medium = [x for x in by_time if MEDIUM_MBPS <= x[0].condition.down_mbps < HEAVY_MBPS]
+        slow = [x for x in by_time if x[0].condition.down_mbps < MEDIUM_MBPS]
     total = sum(len(todo) for _, todo in jobs)
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn())
@@ -86,7 +101,7 @@ def _run_phases(jobs, site, tl_bin, seed, store, parallel, deadline, console) ->
             bar.update(task, advance=1, description=f"{row['condition']:>16} {row['cc']:>5} iw{row['iw']:<3}")
 
         def work(j, todo):
-            _job_with_retry(j, todo, site, tl_bin, seed, store, on_row)
+            _job_with_retry(j, todo, site, tl_bin, seed, store, on_row, pages)
 
         _pools([(heavy, 1), (medium, MEDIUM_WIDTH), (slow, parallel)], work, deadline, counts)
     return counts
@@ -101,6 +116,7 @@ def _pools(groups, work, deadline: float, counts: dict) -> None:
         for fut in as_completed(futures):
             fut.result()
     except BaseException:
+        _STOPPING.set()  # a worker thread between two jobs must not start another one after the interrupt
         for ex in executors:
             ex.shutdown(wait=False, cancel_futures=True)
         stop_all()
@@ -111,15 +127,19 @@ def _pools(groups, work, deadline: float, counts: dict) -> None:
 
 
 def _guarded(work, job, todo, deadline, counts) -> None:
+    if _STOPPING.is_set():
+        return
     if time.monotonic() > deadline:
         counts["jobs_skipped_budget"] += 1
         return
     work(job, todo)
 
 
-def _job_with_retry(job: Job, todo, site, tl_bin, seed, store: Store, on_row) -> None:
+def _job_with_retry(job: Job, todo, site, tl_bin, seed, store: Store, on_row, pages=None) -> None:
     """Run a job; if some fetches did not come back valid, run only those once more (new link, new seed)."""
     for attempt in range(MAX_ATTEMPTS):
+        if _STOPPING.is_set():
+            return
         good: set[str] = set()
 
         def keep(row: dict) -> None:
@@ -127,7 +147,7 @@ def _job_with_retry(job: Job, todo, site, tl_bin, seed, store: Store, on_row) ->
             if row["ok"]:
                 good.add(row["key"])
 
-        run = run_job(job, todo, site, tl_bin, job_seed(job, seed + attempt), keep)
+        run = run_job(job, todo, site, tl_bin, job_seed(job, seed + attempt), keep, pages)
         store.append_run({**run, "attempt": attempt})
         todo = [f for f in todo if f.key not in good]
         if not todo:
@@ -148,7 +168,10 @@ def _provenance(plan: Plan, tl_bin: str, parallel: int) -> dict:
                          f"1500-byte packets, floor {QUEUE_FLOOR_PACKETS}, drop-tail, both directions",
                          "route_opts": "initcwnd N congctl CC [rto_min Xms]", "server_sysctl": "tcp_no_metrics_save=1"},
             "server": "nginx, TLS 1.3 self-signed P-256, one listener (ALPN h2 / http/1.1), gzip off, random bytes",
-            "client": "curl --http1.1 / --http2, new process and connection per fetch; completion = time_total",
+            "client": ("headless Chromium over the DevTools pipe, one browser per job, a fresh browser context "
+                       "per load, cache disabled; PLT = PerformanceNavigationTiming.loadEventEnd" if plan.pages else
+                       "curl --http1.1 / --http2, new process and connection per fetch; completion = time_total"),
+            "chromium": _cmd(["chromium", "--version"]) if plan.pages else "",
             "plan": plan.to_dict()}
 
 

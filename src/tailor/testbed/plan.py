@@ -58,6 +58,7 @@ class Fetch:
     http: str
     size: int
     rep: int
+    page: str = ""  # a catalog page loaded by Chromium (``size`` = its bytes); "" = a single object fetched by curl
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,21 @@ class Job:
     def name(self) -> str:
         return f"{self.condition.name}|{self.transport.tag()}"
 
+    @property
+    def is_pages(self) -> bool:
+        return bool(self.fetches) and bool(self.fetches[0].page)
+
     def estimate_s(self) -> float:
-        return sum(estimate_fetch_s(self.condition, f.size) for f in self.fetches) + 1.5
+        return sum(estimate_load_s(self.condition, f) for f in self.fetches) + (4.0 if self.is_pages else 1.5)
+
+
+def estimate_load_s(c: Condition, f: Fetch) -> float:
+    return estimate_page_s(c, f.page, f.size) if f.page else estimate_fetch_s(c, f.size)
+
+
+def estimate_page_s(c: Condition, page: str, size: int) -> float:
+    """Rough page-load wall time: handshakes + 3 discovery levels of RTTs + serialization, plus browser work."""
+    return (8 * c.rtt_ms / 1000 + size * 8 / (c.down_mbps * 1e6) * 1.15) * (1 + 30 * c.loss) + 0.5
 
 
 def estimate_fetch_s(c: Condition, size: int) -> float:
@@ -88,14 +102,16 @@ class Plan:
     reps: int = 3
     max_fetch_s: float = 60.0  # skip a (condition, size) whose estimated fetch is longer (recorded as missing)
     seed: int = 1
+    pages: list[str] = field(default_factory=list)  # catalog pages for Chromium; when set, ``sizes`` is unused
 
     @classmethod
     def from_dict(cls, d: dict) -> "Plan":
         conds = [CATALOG[c] if isinstance(c, str) and c in CATALOG else _cond(c) for c in d["conditions"]]
         transports = [Transport(c.get("cc", "cubic"), int(c.get("iw", 10)), int(c.get("rto_min_ms", 200)))
                       for c in d["configs"]]
-        plan = cls(conds, [int(s) for s in d["sizes"]], transports, [str(h) for h in d.get("http", HTTP_VERSIONS)],
-                   int(d.get("reps", 3)), float(d.get("max_fetch_s", 60.0)), int(d.get("seed", 1)))
+        plan = cls(conds, [int(s) for s in d.get("sizes", [])], transports,
+                   [str(h) for h in d.get("http", HTTP_VERSIONS)], int(d.get("reps", 3)),
+                   float(d.get("max_fetch_s", 60.0)), int(d.get("seed", 1)), [str(p) for p in d.get("pages", [])])
         plan.validate()
         return plan
 
@@ -109,8 +125,13 @@ class Plan:
 
     def validate(self) -> None:
         check(len(self.conditions) > 0, "Plan", "conditions", "non-empty", self.conditions)
-        sizes_ok = bool(self.sizes) and all(0 < s <= 64 * 1024 * KB for s in self.sizes)
-        check(sizes_ok, "Plan", "sizes", "non-empty, each in (0, 64 MB]", self.sizes)
+        if self.pages:
+            from tailor.testbed.pages import catalog_pages
+
+            catalog_pages(self.pages)  # unknown page names are an error naming them
+        else:
+            sizes_ok = bool(self.sizes) and all(0 < s <= 64 * 1024 * KB for s in self.sizes)
+            check(sizes_ok, "Plan", "sizes", "non-empty, each in (0, 64 MB]", self.sizes)
         http_ok = bool(self.http) and set(self.http) <= set(HTTP_VERSIONS)
         check(http_ok, "Plan", "http", f"a non-empty subset of {HTTP_VERSIONS}", self.http)
         check(1 <= self.reps <= 50, "Plan", "reps", "in [1, 50]", self.reps)
@@ -118,11 +139,24 @@ class Plan:
     def sizes_for(self, c: Condition) -> list[int]:
         return [s for s in self.sizes if estimate_fetch_s(c, s) <= self.max_fetch_s]
 
+    def page_sizes(self) -> dict[str, int]:
+        from tailor.testbed.pages import catalog_pages
+
+        return {n: s.total_bytes for n, s in catalog_pages(self.pages).items()}
+
+    def pages_for(self, c: Condition) -> list[str]:
+        return [p for p, size in self.page_sizes().items() if estimate_page_s(c, p, size) <= self.max_fetch_s]
+
     def jobs(self) -> list[Job]:
         out = []
+        sizes = self.page_sizes() if self.pages else {}
         for cond, tr in itertools.product(self.conditions, self.transports):
-            fetches = tuple(Fetch(fetch_key(cond.name, tr, h, s, r), h, s, r)
-                            for r in range(self.reps) for s in self.sizes_for(cond) for h in self.http)
+            if self.pages:
+                fetches = tuple(Fetch(fetch_key(cond.name, tr, h, p, r), h, sizes[p], r, p)
+                                for r in range(self.reps) for p in self.pages_for(cond) for h in self.http)
+            else:
+                fetches = tuple(Fetch(fetch_key(cond.name, tr, h, s, r), h, s, r)
+                                for r in range(self.reps) for s in self.sizes_for(cond) for h in self.http)
             if fetches:
                 out.append(Job(cond, tr, fetches))
         return out
@@ -130,10 +164,11 @@ class Plan:
     def to_dict(self) -> dict:
         return {"conditions": [c.to_dict() for c in self.conditions], "sizes": self.sizes,
                 "configs": [{"cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms} for t in self.transports],
-                "http": self.http, "reps": self.reps, "max_fetch_s": self.max_fetch_s, "seed": self.seed}
+                "http": self.http, "reps": self.reps, "max_fetch_s": self.max_fetch_s, "seed": self.seed,
+                **({"pages": self.pages} if self.pages else {})}
 
 
-def fetch_key(cond: str, tr: Transport, http: str, size: int, rep: int) -> str:
+def fetch_key(cond: str, tr: Transport, http: str, size: int | str, rep: int) -> str:
     return f"{cond}|{tr.tag()}|h{http}|{size}|r{rep}"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,8 +20,9 @@ import zlib
 from pathlib import Path
 from typing import Callable
 
-from tailor.testbed import client_script
-from tailor.testbed.plan import Fetch, Job, estimate_fetch_s
+from tailor.testbed import client_script, page_client
+from tailor.testbed.pages import H2_PORT, page_url, pages_server_cmd, resolver_rules
+from tailor.testbed.plan import Fetch, Job, estimate_load_s
 from tailor.testbed.server import SERVER_IP, TLS_PORT, TestbedError, object_name, server_cmd
 
 MAX_JOB_S = 1800.0
@@ -43,26 +45,49 @@ def job_seed(job: Job, base: int) -> int:
 
 def link_args(job: Job, seed: int, stats: Path, timeout_s: float) -> list[str]:
     c = job.condition
-    return ["run", "--delay", f"{c.delay_ms:g}", "--down-rate-mbit", f"{c.down_mbps:g}",
-            "--up-rate-mbit", f"{c.up_mbps:g}", "--down-loss", f"{c.loss:g}", "--up-loss", f"{c.loss:g}",
+    return ["run", "--delay", f"{c.delay_ms:g}", *rate_args(c),
+            "--down-loss", f"{c.loss:g}", "--up-loss", f"{c.uplink_loss:g}",
             "--queue-packets", str(c.queue_packets()), "--route-opts", job.transport.route_opts(),
             "--seed", str(seed), "--stats", str(stats), "--timeout", f"{int(timeout_s)}s",
-            "--wait-port", str(TLS_PORT)]
+            "--wait-port", str(H2_PORT if job.is_pages else TLS_PORT)]
+
+
+def rate_args(c) -> list[str]:
+    """Fixed rate per direction, or a mahimahi trace replayed by tailor-link (a missing file is a clear error)."""
+    out = []
+    for d, rate in (("down", c.down_mbps), ("up", c.up_mbps)):
+        path = c.trace_path(d)
+        if path is None:
+            out += [f"--{d}-rate-mbit", f"{rate:g}"]
+        elif not os.path.exists(path):
+            raise TestbedError(f"condition {c.name!r}: {d} trace {path} does not exist (set $TAILOR_TRACES)")
+        else:
+            out += [f"--{d}-trace", path]
+    return out
 
 
 def run_job(job: Job, todo: list[Fetch], site: Path, tl_bin: str, seed: int,
-            on_row: Callable[[dict], None]) -> dict:
-    """Measure ``todo`` (a subset of the job's fetches); call ``on_row`` per finished fetch; return run stats."""
+            on_row: Callable[[dict], None], pages: dict | None = None) -> dict:
+    """Measure ``todo`` (a subset of the job's fetches); call ``on_row`` per finished fetch; return run stats.
+
+    ``pages`` (from ``pages.prepare_pages``) is required for a page job: Chromium loads instead of curl fetches."""
     with tempfile.TemporaryDirectory(prefix="tailor-tb-") as tmp:
         spec, stats = Path(tmp) / "spec.json", Path(tmp) / "stats.json"
-        max_time = max(30.0, 6 * max(estimate_fetch_s(job.condition, f.size) for f in todo))
-        spec.write_text(json.dumps({"url": f"https://{SERVER_IP}:{TLS_PORT}/", "max_time": max_time,
-                                    "fetches": [{"key": f.key, "http": f.http, "path": object_name(f.size)}
-                                                for f in todo]}))
-        timeout = min(MAX_JOB_S, sum(estimate_fetch_s(job.condition, f.size) for f in todo) * 4 + 60)
-        client = f"{sys.executable} {client_script.__file__} {spec}"
-        cmd = [tl_bin, *link_args(job, seed, stats, timeout),
-               "--server-cmd", server_cmd(site / "nginx.conf"), "--client-cmd", client]
+        max_time = max(30.0, 6 * max(estimate_load_s(job.condition, f) for f in todo))
+        timeout = min(MAX_JOB_S, sum(estimate_load_s(job.condition, f) for f in todo) * 4 + 60)
+        if job.is_pages:
+            if pages is None:
+                raise TestbedError(f"job {job.name}: page loads need the page site (pages.prepare_pages)")
+            spec.write_text(json.dumps(page_spec(todo, pages, max_time)))
+            client = f"{sys.executable} {page_client.__file__} {spec}"
+            server = pages_server_cmd(pages["conf"], pages["origins"])
+        else:
+            spec.write_text(json.dumps({"url": f"https://{SERVER_IP}:{TLS_PORT}/", "max_time": max_time,
+                                        "fetches": [{"key": f.key, "http": f.http, "path": object_name(f.size)}
+                                                    for f in todo]}))
+            client = f"{sys.executable} {client_script.__file__} {spec}"
+            server = server_cmd(site / "nginx.conf")
+        cmd = [tl_bin, *link_args(job, seed, stats, timeout), "--server-cmd", server, "--client-cmd", client]
         run = {"run_id": f"{job.name}|{time.time():.3f}", "job": job.name, "seed": seed,
                "load_start": os.getloadavg()[0], "started_unix": time.time()}
         rc, stderr = _stream(cmd, timeout + 30, lambda rec: on_row(_row(job, todo, rec, run)), run)
@@ -101,14 +126,37 @@ def _stream(cmd: list[str], timeout_s: float, on_line: Callable[[dict], None], r
         return rc, err.read()
 
 
+def page_spec(todo: list[Fetch], pages: dict, max_time: float) -> dict:
+    """What page_client.py needs: the browser, the origin name map, and per load the URL and resource count."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        raise TestbedError("chromium is not installed: apt-get install -y chromium")
+    loads = [{"key": f.key, "http": f.http, "url": page_url(f.page, f.http),
+              "expect_resources": len(pages["manifest"][f.page]) - 1,
+              "expect_names": [_base(r) for r in pages["manifest"][f.page][1:] if r["kind"] != "font"],
+              "fonts": [_base(r) for r in pages["manifest"][f.page] if r["kind"] == "font"]} for f in todo]
+    return {"chromium": chromium, "resolver_rules": resolver_rules(pages["origins"]),
+            "extra_routes": ["10.231.1.0/24"] if pages["origins"] > 1 else [], "dev": "tl-c",
+            "max_time": max_time, "loads": loads}
+
+
+def _base(row: dict) -> str:
+    return row["path"].rsplit("/", 1)[1]
+
+
 def _row(job: Job, todo: list[Fetch], rec: dict, run: dict) -> dict:
     f = next(x for x in todo if x.key == rec["key"])
     c, t = job.condition, job.transport
-    ok = rec.get("curl_exit") == 0 and rec.get("code") == 200 and rec.get("size") == f.size
+    if f.page:
+        ok = bool(rec.get("page_ok"))
+        rec = {**rec, "t_total": rec.get("load_end", float("nan")) / 1000.0 if ok else float("nan")}
+    else:
+        ok = rec.get("curl_exit") == 0 and rec.get("code") == 200 and rec.get("size") == f.size
     return {**rec, "ok": bool(ok), "condition": c.name, "family": c.family, "down_mbps": c.down_mbps,
-            "up_mbps": c.up_mbps, "rtt_ms": c.rtt_ms, "loss": c.loss, "queue_packets": c.queue_packets(),
+            "up_mbps": c.up_mbps, "up_loss": c.uplink_loss, "trace": c.down_trace or "", "rtt_ms": c.rtt_ms,
+            "loss": c.loss, "queue_packets": c.queue_packets(),
             "cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms, "http": f.http, "size_bytes": f.size,
-            "rep": f.rep, "run_id": run["run_id"], "load1": os.getloadavg()[0],
+            "rep": f.rep, "page": f.page, "run_id": run["run_id"], "load1": os.getloadavg()[0],
             "completion_ms": 1000.0 * float(rec.get("t_total", "nan") or "nan")}
 
 

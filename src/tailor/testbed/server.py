@@ -50,7 +50,8 @@ class TestbedError(TailorError):
 
 def require_tools(*names: str) -> dict[str, str]:
     """Absolute paths of the tools a measurement needs; a clear error naming the Debian package otherwise."""
-    pkgs = {"nginx": "nginx", "curl": "curl", "openssl": "openssl", "tcpdump": "tcpdump", "ip": "iproute2"}
+    pkgs = {"nginx": "nginx", "curl": "curl", "openssl": "openssl", "tcpdump": "tcpdump", "ip": "iproute2",
+            "chromium": "chromium"}
     found = {n: shutil.which(n) or shutil.which(n, path="/usr/sbin:/sbin") for n in names}
     missing = [n for n, p in found.items() if not p]
     if missing:
@@ -82,10 +83,10 @@ def server_cmd(conf: Path) -> str:
     return f"sysctl -qw net.ipv4.tcp_no_metrics_save=1 && exec {nginx} -c {conf} -g 'daemon off;'"
 
 
-def _make_cert(openssl: str, workdir: Path) -> None:
+def _make_cert(openssl: str, workdir: Path, san: str = f"IP:{SERVER_IP}") -> None:
     cmd = [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
            "-keyout", str(workdir / "key.pem"), "-out", str(workdir / "cert.pem"), "-days", "30",
-           "-subj", "/CN=tailor-testbed", "-addext", f"subjectAltName=IP:{SERVER_IP}"]
+           "-subj", "/CN=tailor-testbed", "-addext", f"subjectAltName={san}"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     if res.returncode != 0:
         raise TestbedError(f"openssl could not make the self-signed certificate: {res.stderr.strip()[-300:]}")

@@ -70,9 +70,13 @@ def run(small_scenario, oracle):
 
 
 def test_arm_switching_bootstrap_then_steady_state(run):
-    """Per pair: GP arms (bootstrap, explore) only before steady state; epsilon / exploit only after,
-    bootstrap first with init_samples distinct configurations, the default first among them."""
+    """Per pair: GP arms (bootstrap, explore) only before steady state; epsilon / exploit only after;
+    the bootstrap starts with its seeded first sample (the tree's prediction, or the default before the
+    first tree)."""
     sim, policy, rec = run
+    first_samples = {k: s._boot[0] for k, s in policy._pairs.items()}
+    seeded = [k for k, s in policy._pairs.items() if s._boot[0] != sim.space.default_index]
+    assert seeded, "no pair was seeded by the tree"
     assert {"bootstrap", "exploit", "epsilon"} <= set(rec["arm"])
     for group in set(rec["group"]) - {"unknown"}:
         arms = list(rec["arm"][rec["group"] == group])
@@ -81,9 +85,9 @@ def test_arm_switching_bootstrap_then_steady_state(run):
             assert all(a in ("epsilon", "exploit") for a in arms[steady[0]:])
             assert policy._pairs[group].stopped
             assert policy._pairs[group].tested >= policy.min_samples or policy._pairs[group].tested == len(sim.space)
-        if arms and arms[0] == "bootstrap":
+        if arms and arms[0] == "bootstrap" and group in first_samples:
             configs = rec["config"][rec["group"] == group]
-            assert configs[0] == sim.space.default_index or policy._pairs[group].observations > len(arms)
+            assert configs[0] == first_samples[group] or policy._pairs[group].observations > len(arms)
 
 
 def test_steady_state_probabilities_are_the_mixture(run):
@@ -101,3 +105,47 @@ def test_ablations_registered_and_differ(run):
     sim, _, rec = run
     nogp = sim.run(make_policy("configanator-nogp", seed=3)).records
     assert "explore" not in set(nogp["arm"]) and "explore" in set(rec["arm"])
+
+
+def test_epsilon_arm_resamples_the_pairs_data_points(run):
+    """§1.2/§3.1: the epsilon arm re-samples old configurations: every epsilon choice is a configuration the
+    pair had already observed, and its probability is epsilon / (number of such configurations) at least."""
+    sim, policy, rec = run
+    eps = np.flatnonzero(rec["arm"] == "epsilon")
+    assert len(eps) > 0
+    for i in eps:
+        group, config = rec["group"][i], rec["config"][i]
+        earlier = (rec["group"][:i] == group) & (rec["config"][:i] == config)
+        assert earlier.any() or policy._pairs[group]._boot[0] == config or config == sim.space.default_index
+        assert rec["probability"][i] >= policy.epsilon / policy._pairs[group].tested - 1e-12
+    table = policy.table_groups()
+    for key, search in policy._pairs.items():
+        if policy._steady(search):
+            assert set(table[key]) <= set(np.flatnonzero(search.stats.counts > 0)) | {max(table[key], key=table[key].get)}
+            assert sum(table[key].values()) == pytest.approx(1.0)
+
+
+def _ctx(prefix: str, rtt: float, website: str, device: str = "desktop"):
+    from tailor.context import Context, PrefixHistory
+    from tailor.scenario.model import ClientInfo
+    client = ClientInfo(prefix.replace("0/24", "7"), prefix, 64500, "us-east", device, "cable")
+    return Context(0.0, "s", client, website, rtt, PrefixHistory(50.0, 0.001, rtt, 3, 1.0))
+
+
+def test_new_pair_bootstrap_starts_with_the_trees_prediction(oracle):
+    """ConfigTron §4.1.2: when a new network class shows up, the exploitation arm's prediction is one of the
+    GP bootstrap's initial samples -- here the first, so the new pair's first connection gets it; without
+    a tree (NoDT ablation, or before the first tree) the default comes first."""
+    from tailor.space import ConfigSpace
+    from tailor.policies.base import PolicyEnv
+    space = ConfigSpace.named("core")
+    sites = tuple(sorted(oracle.websites))
+    target = (space.default_index + 17) % len(space)
+    for name, expected in (("configanator", target), ("configanator-nodt", space.default_index)):
+        policy = make_policy(name, seed=0).reset(space, PolicyEnv(websites=sites))
+        rows = [policy._dt_row((rtt, 50.0, 0.001), "desktop", "us-east", sites[0]) for rtt in (20.0, 40.0, 80.0)]
+        policy._tree.fit(np.array(rows * 10), np.full(30, target))
+        decision = policy.select(_ctx("10.9.9.0/24", 30.0, sites[0]))
+        assert decision.arm == "bootstrap" and decision.config == expected
+        assert policy._pairs[decision.group]._boot[0] == expected
+        assert len(set(policy._pairs[decision.group]._boot)) == policy.init_samples

@@ -2,31 +2,34 @@
 
 Arms (§3.1), per website x network class ("pair"):
 
-* GP arm -- one :class:`tailor.learn.BOSearch` per pair: LHS bootstrap (``init_samples`` = 4, the
-  default configuration first, see below), then EI-directed search until EI < ``ei_threshold`` (8 %)
-  of the incumbent with >= ``min_samples`` (7) configurations tested (§5). Decision arms
-  ``bootstrap`` / ``explore``.
-* epsilon arm -- with probability ``epsilon`` a uniformly random allowed configuration (re-samples
-  old and new points; operator-bounded by ``epsilon``); it never stops. Arm ``epsilon``.
+* GP arm -- one :class:`tailor.learn.BOSearch` per pair: bootstrap of ``init_samples`` = 4 (the
+  exploitation arm's prediction for the connection that opened the pair, then Latin-hypercube points),
+  then EI-directed search until EI < ``ei_threshold`` (8 %) of the incumbent with >= ``min_samples`` (7)
+  configurations tested (§5). Decision arms ``bootstrap`` / ``explore``.
+* epsilon arm -- with probability ``epsilon`` a uniformly random configuration among the pair's data
+  points (every configuration its config-performance curve holds): "randomly re-samples the data
+  points" (§3.1), "randomly re-sampling old configurations ... the re-evaluation of data samples"
+  (§1.2). Operator-bounded by ``epsilon``; it never stops. Arm ``epsilon``.
 * DT arm -- one CART tree over *all* pairs (:class:`tailor.learn.dtree.ConfigTree`), trained at plan()
   on observed connections labelled with their pair's best configuration so far; maps {website,
   device, RTT / goodput / loss, region} to a configuration, so it also serves classes it has no label
-  for. Arm ``exploit``.
+  for. Arm ``exploit``. It also seeds every new pair's bootstrap (ConfigTron §4.1.2: "When a new NC
+  shows up, the exploitation arm predicts a candidate configuration ... used as one of the initial
+  samples in bootstrapping the Gaussian process bandit for the new NC"; §4.3).
 
 Context-based switching: a pair whose GP search has not met its stopping rule is in *bootstrap* mode
 (GP arm only, deterministic); once it has, it is in *steady state*: epsilon arm with probability
 ``epsilon``, DT arm otherwise (§3.1: "random exploration through epsilon-bandit continues after EI
 threshold is met"). Unknown /24s get the default (Fig. 3 steps 1-2), and the telemetry of that
 connection (goodput, loss, handshake RTT) classifies it, so the default's PLT reaches both the pair's
-data and the NCSpread lists. Putting the default first in each pair's bootstrap (instead of a 4th LHS
-point) is ours: it is the one configuration whose PLT every pair needs anyway (App. D's K selection
-uses default-configuration PLTs only) and it is never a wild guess.
+data and the NCSpread lists. Before the first tree (and in the NoDT ablation, which has none) a new
+pair's first bootstrap sample is the default configuration instead.
 
 Best configuration of a pair (the DT labels): the lowest mean log-PLT over PerfMemory, shrunk towards
 the pair's mean by one pseudo-observation, so one lucky page load does not crown a configuration
 (PLT noise is right-skewed, App. F.7). Ablations (§6.3): ``configanator-nogp`` skips the EI search
-(LHS bootstrap, then steady state); ``configanator-nodt`` exploits each pair's own best instead of
-the tree.
+(bootstrap, then steady state); ``configanator-nodt`` exploits each pair's own best instead of
+the tree (and, having no tree, seeds bootstraps with the default).
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ PARAMETERS = {
     "perf_memory": (0, *_int(0)),  # App. F.7 / Table 4 (0 = all)
     "max_points": (60, *_int(2)),
     "noisy_ei": (True, lambda v: isinstance(v, bool), "True or False"),  # GPyOpt's EI, as the BO baselines
+    "epsilon_pool": ("tried", lambda v: v in ("tried", "space"), "'tried' or 'space'"),  # §1.2, §3.1
+    "seed_bootstrap": ("tree", lambda v: v in ("tree", "default"), "'tree' or 'default'"),  # ConfigTron §4.1.2
 }
 
 
@@ -99,6 +104,7 @@ class _Configanator(Policy):
         self._prefix_region: dict[str, str] = {}
         self._sites = {s: i for i, s in enumerate(self.env.websites)}
         self._n = len(self.space)
+        self._all = np.arange(self._n)
 
     # -- features
     def _path(self, ctx: Context, out: Outcome | None = None) -> tuple[float, float, float]:
@@ -126,14 +132,24 @@ class _Configanator(Policy):
         return row
 
     # -- pairs
-    def _pair(self, key: str) -> BOSearch:
+    def _pair(self, key: str, row: np.ndarray | None = None) -> BOSearch:
+        """The pair's GP search, created at its first connection with its bootstrap's first sample (below)."""
         search = self._pairs.get(key)
         if search is None:
             search = self._pairs[key] = BOSearch(
                 self.space, self._rng, init_samples=self.init_samples, min_samples=self.min_samples,
                 ei_threshold=self.ei_threshold, perf_memory=self.perf_memory, max_points=self.max_points,
-                noisy_ei=self.noisy_ei, first=self.space.default_index)  # default first (see module doc)
+                noisy_ei=self.noisy_ei, first=self._first_sample(row))
         return search
+
+    def _first_sample(self, row: np.ndarray | None) -> int:
+        """First bootstrap sample of a new pair: the exploitation arm's prediction for the connection that
+        opened it (ConfigTron §4.1.2/§4.3: "When a new NC shows up, the exploitation arm predicts a candidate
+        configuration ... used as one of the initial samples in bootstrapping the GP bandit"); the default
+        before the tree exists, without a tree (NoDT) or with ``seed_bootstrap='default'``."""
+        if self.seed_bootstrap == "tree" and self.use_dt and self._tree.fitted and row is not None:
+            return self._tree.predict(row)
+        return self.space.default_index
 
     def _steady(self, search: BOSearch) -> bool:
         if self.use_gp:
@@ -172,7 +188,8 @@ class _Configanator(Policy):
             return Decision(self.space.default_index, 1.0, "unknown", "default")
         path = self._path(ctx)
         key = self._key(path, ctx)
-        search = self._pair(key)
+        search = self._pairs.get(key) or self._pair(key, self._dt_row(path, ctx.client.device, ctx.client.region,
+                                                                      ctx.website))
         if not self._steady(search):
             if self.use_gp:
                 config, phase = search.suggest()
@@ -181,12 +198,23 @@ class _Configanator(Policy):
             else:
                 return Decision(search.pending_bootstrap(), 1.0, key, "bootstrap")
         greedy = self._exploit(key, path, ctx)
+        pool = self._epsilon_pool(search)
         if self._rng.random() < self.epsilon:
-            config, arm = int(self._rng.integers(self._n)), "epsilon"
+            config, arm = int(pool[self._rng.integers(len(pool))]), "epsilon"
         else:
             config, arm = greedy, "exploit"
-        prob = self.epsilon / self._n + (1.0 - self.epsilon) * (config == greedy)
+        prob = self.epsilon * (config in pool) / len(pool) + (1.0 - self.epsilon) * (config == greedy)
         return Decision(config, float(prob), key, arm)
+
+    def _epsilon_pool(self, search: BOSearch) -> np.ndarray:
+        """Configurations the epsilon arm draws from (uniformly): the pair's data points, i.e. every
+        configuration its config-performance curve holds within PerfMemory ("randomly re-samples the data
+        points", §3.1; "randomly re-sampling old configurations", §1.2), or the whole allowed space with
+        ``epsilon_pool='space'``."""
+        if self.epsilon_pool == "space":
+            return self._all
+        tried = np.flatnonzero(search.stats.counts > 0)
+        return tried if len(tried) else self._all
 
     def _exploit(self, key: str, path, ctx: Context) -> int:
         if self.use_dt and self._tree.fitted:
@@ -202,10 +230,10 @@ class _Configanator(Policy):
         self._nc.add(*path, c.device, c.region, ctx.website, default)
         self._prefix_region[c.prefix] = c.region
         key = decision.group if decision.group != "unknown" else self._key(path, ctx)
-        self._pair(key).observe(decision.config, outcome.completion_ms)
+        row = self._dt_row(path, c.device, c.region, ctx.website)
+        self._pair(key, row).observe(decision.config, outcome.completion_ms)
         sq = self._log_sq.setdefault(key, np.zeros(self._n))
         sq[decision.config] += math.log(max(outcome.completion_ms, 1e-3)) ** 2
-        row = self._dt_row(path, c.device, c.region, ctx.website)
         self._rows.append((row, key))
         self._last_row[key] = row
 
@@ -234,9 +262,11 @@ class _Configanator(Policy):
         row = self._last_row.get(key)
         greedy = self._tree.predict(row) if self.use_dt and self._tree.fitted and row is not None else \
             self._best.get(key, self.space.default_index)
-        probs = np.full(self._n, self.epsilon / self._n)
+        pool = self._epsilon_pool(search)
+        probs = np.zeros(self._n)
+        probs[pool] = self.epsilon / len(pool)
         probs[greedy] += 1.0 - self.epsilon
-        return {i: float(p) for i, p in enumerate(probs)}
+        return {i: float(p) for i, p in enumerate(probs) if p > 0}
 
     def table_groups(self) -> dict[str, dict[int, float]]:
         groups = {k: self._group_choice(k, s) for k, s in self._pairs.items()}

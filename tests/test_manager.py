@@ -350,3 +350,52 @@ def test_compile_fast_matches_compile_table(tmp_path):
     policy.table_rules = lambda: [{"prefix": "10.0.0.0/8", "group": "default", "weight": 1}]
     with pytest.raises(TableError, match=r"rules\[0\]"):
         compile_fast(policy, T0)
+
+
+def test_tables_reach_edges_that_see_neither_device_nor_sni(tmp_path):
+    """Agent-style records (kind connection, no sni, no device): the published table must route each
+    learned prefix to a learned group through a rule real edges match (no sni/device), while
+    device-specific rules still win for clients whose device is known."""
+    from tailor.table import TableResolver
+
+    rng = np.random.default_rng(2)
+    prefixes = ["10.240.1.0/24", "10.240.2.0/24", "10.240.3.0/24"]
+    with TestClient(create_app(cfg(tmp_path, policy_params=(("epsilon", 0.3),)))) as c:
+        mgr = c.app.state.manager
+        assert mgr.policy.epsilon == 0.3
+        for cycle in range(4):
+            recs = []
+            for i in range(300):
+                p = prefixes[i % 3]
+                recs.append({"time": T0 + cycle * 100 + i * 0.1, "kind": "connection", "client_prefix": p,
+                             "config_id": OTHER[int(rng.integers(len(OTHER)))] if i % 4 else DEFAULT,
+                             "table_version": mgr.current.version, "min_rtt_ms": 30.0 * (1 + prefixes.index(p) * 5),
+                             "bytes_sent": 300000, "bytes_acked": 300000, "bytes_retrans": 0,
+                             "duration_ms": float(rng.lognormal(np.log(500 * (1 + prefixes.index(p))), 0.1))})
+            assert c.post("/v1/telemetry", content=batch(recs), headers=AUTH).status_code == 202
+            mgr.run_cycle(now=T0 + cycle * 100 + 60)
+        doc = mgr.current.doc
+        plain = [r for r in doc["rules"] if "sni" not in r and "device" not in r]
+        assert sorted(r["prefix"] for r in plain) == prefixes
+        res = TableResolver(doc)
+        groups = {g["id"] for g in doc["groups"]} - {"default"}
+        for p in prefixes:  # as tailor-agent resolves: address only
+            assert res.group_of(p.replace(".0/24", ".2")) in groups
+        dev = [r for r in doc["rules"] if r.get("device") == "android" and r["prefix"] == prefixes[0]]
+        if dev:  # device-specific rules keep precedence where a device is known
+            assert res.group_of("10.240.1.2", dev[0].get("sni"), "android") == dev[0]["group"]
+
+
+def test_policy_param_option_parsed_validated_and_part_of_state(tmp_path, capsys):
+    from tailor.manager.server import parse_policy_params
+
+    assert parse_policy_params(["epsilon=0.3", "classes=4", "flag=true"]) == (("epsilon", 0.3), ("classes", 4),
+                                                                              ("flag", True))
+    with pytest.raises(ParameterError, match="policy-param"):
+        parse_policy_params(["epsilon"])
+    with pytest.raises(ParameterError, match="epsilonx"):
+        create_app(cfg(tmp_path / "a", policy_params=(("epsilonx", 0.3),)))
+    with TestClient(create_app(cfg(tmp_path / "b", policy_params=(("epsilon", 0.3),)))):
+        pass
+    with pytest.raises(ParameterError, match="params"):  # learned with other parameters: refused
+        create_app(cfg(tmp_path / "b"))

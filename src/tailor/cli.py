@@ -1,4 +1,4 @@
-"""Command line: `tailor evaluate`, `tailor knobs`, `tailor scenario`, `tailor table`, `tailor manager`."""
+"""Command line: `tailor evaluate`, `tailor knobs`, `tailor scenario`, `tailor table`, `tailor manager`, `tailor demo`."""
 
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from tailor.manager.server import add_arguments as _add_manager
 
     _add_manager(sub.add_parser("manager", help="run the manager: telemetry in, decision tables out (docs/manager.md)"))
+    from tailor.demo.cli import add_parser as _add_demo
+
+    _add_demo(sub)
     return p
 
 
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table, "study": _study, "testbed": _testbed,
-                "manager": _manager}[args.command](args, argv)
+                "manager": _manager, "demo": _demo}[args.command](args, argv)
     except TailorError as err:
         print(f"tailor: error: {err}", file=sys.stderr)
         return 2
@@ -115,6 +118,12 @@ def _testbed(args, argv) -> int:
 
 def _manager(args, argv) -> int:
     from tailor.manager.server import run
+
+    return run(args)
+
+
+def _demo(args, argv) -> int:
+    from tailor.demo.run import run
 
     return run(args)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tailor.errors import check
 
@@ -28,6 +29,7 @@ class ManagerConfig:
     queue_records: int = 500_000  # bounded in-memory ingest queue (records); overflow is dropped and counted
     max_wait_s: float = 60.0  # cap of the long-poll ?wait=
     valid_for_s: float = 3600.0
+    policy_params: tuple[tuple[str, Any], ...] = ()  # extra policy parameters, e.g. (("epsilon", 0.3),)
 
     def __post_init__(self):
         own = "ManagerConfig"

@@ -118,11 +118,44 @@ def group_rows(doc: dict, guard, now: float) -> list[tuple]:
     return rows
 
 
-def compile_fast(policy, now: float) -> dict:
+def compile_fast(policy, now: float, archive=None) -> dict:
     """The decision table of ``policy`` (version 1; the publisher assigns versions).
 
     ``tailor.table.validate_table`` checks rules by hand, so this is cheap even for 300k rules.
+    With ``archive`` (the manager's prefix archive), :func:`add_edge_rules` adds the rules real
+    edges can match.
     """
     from tailor.table import compile_table
 
-    return compile_table(policy, now, 1)
+    table = compile_table(policy, now, 1)
+    if archive is not None:
+        add_edge_rules(table, policy, archive, now)
+    return table
+
+
+def add_edge_rules(table: dict, policy, archive, now: float) -> int:
+    """Add, per archived prefix, a rule without ``device`` and ``sni`` for the group the policy puts a
+    connection of unknown device and website in (``policy.group_of``, no side effects).
+
+    Class learners publish one rule per prefix x device x site. Real edges never match those for
+    TCP-only telemetry: tailor-agent ignores every rule with ``sni`` or ``device`` (the TCP layer sees
+    neither) and tailor-edge has no device map, so without these fallbacks a learned group never
+    reaches a connection (found by the namespace demo). Device- or SNI-specific rules still win where
+    they match (the resolver prefers the most specific rule of the longest prefix). Only groups of the
+    table are used; returns the number of rules added.
+    """
+    from tailor.context import Context
+    from tailor.scenario.model import ClientInfo
+
+    groups = {g["id"] for g in table["groups"]}
+    have = {(r["prefix"], r.get("sni"), r.get("device")) for r in table["rules"]}
+    added = 0
+    for prefix, h in archive.items(now):
+        if h is None or (prefix, None, None) in have:
+            continue
+        client = ClientInfo(prefix.split("/", 1)[0], prefix, 0, "", "", "")
+        group = policy.group_of(Context(now, prefix, client, "", h.rtt_ms, h))
+        if group in groups:
+            table["rules"].append({"prefix": prefix, "group": group})
+            added += 1
+    return added

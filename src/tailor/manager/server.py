@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
     p.add_argument("--retention-days", type=float, default=7.0, help="telemetry retention in days (default 7)")
     p.add_argument("--explore-budget", type=float, default=0.1, help="max non-greedy mass per group (0.1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the policy (default 0)")
+    p.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a parameter of the policy, e.g. epsilon=0.3 for mab-nc (repeatable)")
     p.add_argument("--insecure-dev", action="store_true", help="accept writes without a token (development only)")
 
 
@@ -30,11 +32,31 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def parse_policy_params(items: list[str]) -> tuple[tuple[str, object], ...]:
+    """``["epsilon=0.3", "classes=4"]`` -> ``(("epsilon", 0.3), ("classes", 4))`` (int, float, bool or text)."""
+    out = []
+    for item in items:
+        key, eq, text = item.partition("=")
+        check(bool(eq) and key.strip().isidentifier(), "tailor manager", "policy-param", "KEY=VALUE", item)
+        value: object = text.strip()
+        for cast in (int, float):
+            try:
+                value = cast(text)
+                break
+            except ValueError:
+                pass
+        else:
+            value = {"true": True, "false": False}.get(text.strip().lower(), value)
+        out.append((key.strip(), value))
+    return tuple(out)
+
+
 def config_from_args(args, environ=os.environ) -> ManagerConfig:
     return ManagerConfig(data_dir=args.data, policy=args.policy, space=args.space, allowed=args.allowed,
                          update_freq_s=args.update_freq, holdback=args.holdback, retention_days=args.retention_days,
                          explore_budget=args.explore_budget, seed=args.seed, token=environ.get("TAILOR_TOKEN") or None,
-                         insecure_dev=args.insecure_dev)
+                         insecure_dev=args.insecure_dev,
+                         policy_params=parse_policy_params(getattr(args, "policy_param", []) or []))
 
 
 def run(args) -> int:

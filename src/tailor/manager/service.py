@@ -65,14 +65,18 @@ class Manager:
 
     # -- state
     def _signature(self) -> dict:
-        return {"policy": self.cfg.policy, "space": self.cfg.space, "allowed": str(self.guard_cfg.allowed)}
+        sig = {"policy": self.cfg.policy, "space": self.cfg.space, "allowed": str(self.guard_cfg.allowed)}
+        if self.cfg.policy_params:  # only when set, so state written before this option still loads
+            sig["params"] = [list(kv) for kv in self.cfg.policy_params]
+        return sig
 
     def _restore(self) -> None:
         state = self.store.load_state()
         if state is None:
             self.archive = PrefixArchive(ARCHIVE_ALPHA)
             env = PolicyEnv(archive=self.archive, update_period_s=self.cfg.update_freq_s or 300.0)
-            self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0).reset(self.space, env)
+            params = dict(self.cfg.policy_params)
+            self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None
         else:
             if state.get("signature") != self._signature():
@@ -96,7 +100,7 @@ class Manager:
             return pub.Published.of(doc, origin)
         now = self.clock()
         self.policy.plan(now, compile=False)
-        table, _ = apply_guardrails(pub.compile_fast(self.policy, now), self.guard, self.guard_cfg, self.knobs)
+        table, _ = apply_guardrails(pub.compile_fast(self.policy, now, self.archive), self.guard, self.guard_cfg, self.knobs)
         self.current = None
         published = self._publish(table, "policy", "manager", "publish", "initial table", now)
         self.snapshot()
@@ -164,7 +168,7 @@ class Manager:
         self.fed_seq = max(self.fed_seq, report.last_seq)
         events = check_rollbacks(self.guard, self.guard_cfg, self.current.doc["default"])
         self.policy.plan(now, compile=False)
-        planned = pub.compile_fast(self.policy, now)
+        planned = pub.compile_fast(self.policy, now, self.archive)
         self.feeder.policy_groups = {g["id"] for g in planned["groups"]}
         table, notes = apply_guardrails(planned, self.guard, self.guard_cfg, self.knobs)
         published = self._maybe_publish(table, notes, events, now)

@@ -1,0 +1,157 @@
+"""The demo's world: network namespaces, links and processes it creates, and removes again.
+
+Everything is named after the demo's PID (``tdm<pid>-srv``, ``tdm<pid>-c<i>``) so concurrent runs and
+leftovers are told apart; :meth:`World.close` stops every process it started (by PID: SIGTERM to its
+process group, then SIGKILL) and deletes every namespace it created, on normal exit, on an exception and
+on SIGINT/SIGTERM (the caller turns those into ``KeyboardInterrupt``). :func:`leftovers` lists namespaces
+of a given prefix, for tests.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tailor.demo.binaries import DemoError
+
+NS_DIR = Path("/run/netns")
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if check and res.returncode != 0:
+        raise DemoError(f"`ip {' '.join(args)}` failed: {res.stderr.strip()[-300:]}")
+    return res
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Namespaces under /run/netns whose name starts with ``prefix``."""
+    if not NS_DIR.exists():
+        return []
+    return sorted(p.name for p in NS_DIR.iterdir() if p.name.startswith(prefix))
+
+
+def cgroups_left(paths: list[Path]) -> list[str]:
+    return [str(p) for p in paths if p.exists()]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is gone for our purposes
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+
+@dataclass
+class World:
+    prefix: str  # e.g. tdm1234-
+    workdir: Path
+    namespaces: list[str] = field(default_factory=list)
+    procs: list[Proc] = field(default_factory=list)
+    cgroups: list[Path] = field(default_factory=list)  # created by processes we started (tailor-agent)
+    closed: bool = False
+
+    def netns(self, suffix: str) -> str:
+        name = f"{self.prefix}{suffix}"
+        ip("netns", "add", name)
+        self.namespaces.append(name)
+        ip("-n", name, "link", "set", "lo", "up")
+        for key in ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
+                    "net.ipv4.tcp_no_metrics_save=1"):  # no cached ssthresh/RTT leaks between connections
+            subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw", key], capture_output=True, timeout=10)
+        return name
+
+    def spawn(self, name: str, cmd: list[str], env: dict | None = None) -> Proc:
+        """Start ``cmd`` in its own session (so it and its children are stopped as a group), log to a file."""
+        log = self.workdir / f"{name}.log"
+        fh = open(log, "ab")
+        try:
+            popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, env={**os.environ, **(env or {})})
+        finally:
+            fh.close()
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: Proc, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM the process group of ``proc`` (by its PID), wait, then SIGKILL it."""
+        p = proc.popen
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=10)
+        else:  # the leader is gone; children in its group may not be
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return p.returncode
+
+    def check_alive(self) -> None:
+        for proc in self.procs:
+            if proc.popen.poll() is not None and proc.name != "manager-killed":
+                tail = proc.log.read_text(errors="replace")[-600:] if proc.log.exists() else ""
+                raise DemoError(f"{proc.name} (pid {proc.popen.pid}) exited with {proc.popen.returncode}: {tail}")
+
+    def close(self) -> list[str]:
+        """Stop every process (reverse start order), delete every namespace; returns problems found."""
+        if self.closed:
+            return []
+        self.closed = True
+        problems = []
+        for proc in reversed(self.procs):
+            try:
+                self.stop(proc)
+            except Exception as err:  # keep cleaning up
+                problems.append(f"stopping {proc.name}: {err}")
+        for cg in self.cgroups:  # normally removed by the agent itself; not if it had to be SIGKILLed
+            if cg.exists():
+                try:
+                    for pid in (cg / "cgroup.procs").read_text().split():
+                        os.kill(int(pid), signal.SIGKILL)  # our edge, started inside it
+                    time.sleep(0.2)
+                    cg.rmdir()
+                except OSError as err:
+                    problems.append(f"cgroup {cg}: {err}")
+        for ns in reversed(self.namespaces):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:  # processes we started inside our own namespace (curl leftovers)
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            for _ in range(50):
+                if ip("netns", "delete", ns, check=False).returncode == 0 or not (NS_DIR / ns).exists():
+                    break
+                time.sleep(0.1)
+            else:
+                problems.append(f"namespace {ns} could not be deleted")
+        return problems

@@ -29,6 +29,15 @@ def add_parser(sub) -> None:
     fa.add_argument("--mixes", default="0,10,50,90,100", help="tuned shares in percent (default 0,10,50,90,100)")
     fa.add_argument("--buffers", default="0.5,1", help="drop-tail buffer in BDP (default 0.5,1)")
     fa.add_argument("--out", default="data/testbed/fairness.json", help="result JSON (a .md table is written too)")
+    q = tsub.add_parser("quic", help="QUIC/HTTP-3 workload: tailor-edge --quic and tailor-fetch over the emulated link")
+    q.add_argument("--plan", required=True, help="QUIC plan JSON (e.g. data/oracle/plans/tb-v2-quic.json)")
+    q.add_argument("--out", default=DEFAULT_OUT + "/quic", help=f"dataset directory (default {DEFAULT_OUT}/quic)")
+    q.add_argument("--parallel", type=int, default=2, help="concurrent jobs (default 2)")
+    q.add_argument("--budget-min", type=float, default=None, help="start no job after this many minutes")
+    q.add_argument("--estimate", action="store_true", help="print the plan's job count and time estimate only")
+    qr = tsub.add_parser("quic-report", help="per condition: best QUIC configuration vs default, and H3 vs H2")
+    qr.add_argument("--data", default=DEFAULT_OUT + "/quic", help="QUIC dataset directory")
+    qr.add_argument("--json", action="store_true", help="print the summary as JSON instead of a table")
     iw = tsub.add_parser("check-iw", help="count data packets of the first RTT for configured initial windows")
     iw.add_argument("--iw", default="4,10,32", help="comma list of initial windows (default 4,10,32)")
     iw.add_argument("--cc", default="cubic,bbr", help="comma list of congestion controls (default cubic,bbr)")
@@ -41,6 +50,10 @@ def run(args) -> int:
         return _measure(args)
     if args.testbed_command == "fairness":
         return _fairness(args)
+    if args.testbed_command == "quic":
+        return _quic(args)
+    if args.testbed_command == "quic-report":
+        return _quic_report(args)
     return _check_iw(args)
 
 
@@ -79,6 +92,41 @@ def _measure(args) -> int:
     keys = ("rows", "ok_rows", "fetches_ok", "fetches_failed", "jobs_skipped_budget", "started_utc", "finished_utc")
     print(json.dumps({k: prov.get(k) for k in keys}))
     return 0 if prov.get("fetches_failed", 0) == 0 else 1
+
+
+def _quic(args) -> int:
+    from tailor.errors import ParameterError
+    from tailor.testbed.quic import QuicPlan, measure_quic
+
+    plan = QuicPlan.load(args.plan)
+    if not 1 <= args.parallel <= 8:
+        raise ParameterError(f"The '--parallel' parameter of testbed quic must be in [1, 8]. Got {args.parallel}.")
+    if args.estimate:
+        jobs = plan.jobs()
+        print(json.dumps({"jobs": len(jobs), "fetches": sum(len(j.fetches) for j in jobs),
+                          "estimate_min": round(plan.estimate_s(args.parallel) / 60, 1)}))
+        return 0
+    _interrupt_on_term()
+    budget = args.budget_min * 60 if args.budget_min else None
+    prov = measure_quic(plan, Path(args.out), parallel=args.parallel, budget_s=budget)
+    keys = ("rows", "ok_rows", "fetches_ok", "fetches_failed", "jobs_skipped_budget", "started_utc", "finished_utc")
+    print(json.dumps({k: prov.get(k) for k in keys}))
+    return 0 if prov.get("fetches_failed", 0) == 0 else 1
+
+
+def _quic_report(args) -> int:
+    import pandas as pd
+
+    from tailor.errors import ParameterError
+    from tailor.testbed.quic import summarize, summary_markdown
+
+    path = Path(args.data) / "measurements.parquet"
+    if not path.exists():
+        raise ParameterError(f"The '--data' parameter of testbed quic-report must be a QUIC dataset directory "
+                             f"with measurements.parquet. Got {args.data!r}.")
+    s = summarize(pd.read_parquet(path))
+    print(json.dumps(s, indent=1) if args.json else summary_markdown(s), end="" if not args.json else "\n")
+    return 0
 
 
 def _interrupt_on_term() -> None:

@@ -34,7 +34,7 @@ def server_pid(ns: str) -> str | None:
     return pids[-1] if pids else None
 
 
-def counters(pid: str | None) -> dict[str, int]:
+def counters(pid: str | None, wanted: dict = COUNTERS) -> dict[str, int]:
     if pid is None:
         return {}
     out: dict[str, int] = {}
@@ -46,7 +46,7 @@ def counters(pid: str | None) -> dict[str, int]:
         for head, vals in zip(lines[::2], lines[1::2]):
             proto, names = head.split(":", 1)
             for name, val in zip(names.split(), vals.split(":", 1)[1].split()):
-                if name in COUNTERS.get(proto, ()):
+                if name in wanted.get(proto, ()):
                     out[name] = int(val)
     return out
 

@@ -101,17 +101,34 @@ def _seeded_bytes(seed: int, n: int) -> bytes:
 
 def tailor_link_binary() -> str:
     """$TAILOR_LINK, else out/bin/tailor-link built from edge/ (kept out of edge/ so other builds don't race)."""
-    env = os.environ.get("TAILOR_LINK")
+    return go_binary("tailor-link", "TAILOR_LINK")
+
+
+def tailor_edge_binary() -> str:
+    """$TAILOR_EDGE, else out/bin/tailor-edge built from edge/ (the HTTP/3 server of the QUIC workload)."""
+    return go_binary("tailor-edge", "TAILOR_EDGE")
+
+
+def tailor_fetch_binary() -> str:
+    """$TAILOR_FETCH, else out/bin/tailor-fetch built from edge/ (the HTTP/3 client of the QUIC workload)."""
+    return go_binary("tailor-fetch", "TAILOR_FETCH")
+
+
+def go_binary(name: str, env_var: str) -> str:
+    """``$env_var`` if set, else out/bin/NAME, rebuilt when any edge/ Go source is newer than the binary."""
+    env = os.environ.get(env_var)
     if env:
+        if not os.access(env, os.X_OK):
+            raise TestbedError(f"${env_var}={env} is not an executable file")
         return env
     root = Path(__file__).resolve().parents[3]
-    out = root / "out" / "bin" / "tailor-link"
+    out = root / "out" / "bin" / name
     sources = [p for p in (root / "edge").rglob("*.go") if "_test" not in p.name]
     stale = not out.exists() or max((p.stat().st_mtime for p in sources), default=0) > out.stat().st_mtime
-    if stale:  # rebuilt when any edge/ Go source is newer than the binary
+    if stale:
         go = shutil.which("go") or "/usr/local/go/bin/go"
-        res = subprocess.run([go, "build", "-o", str(out), "./cmd/tailor-link"], cwd=root / "edge",
+        res = subprocess.run([go, "build", "-o", str(out), f"./cmd/{name}"], cwd=root / "edge",
                              capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
-            raise TestbedError(f"building tailor-link failed (set $TAILOR_LINK to a binary): {res.stderr[-400:]}")
+            raise TestbedError(f"building {name} failed (set ${env_var} to a binary): {res.stderr[-400:]}")
     return str(out)

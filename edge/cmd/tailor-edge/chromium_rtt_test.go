@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tailor-project/tailor/edge/internal/delayproxy"
 )
 
 // chromeOneWay is the delay the proxies add each way (RTT 100 ms): large
@@ -20,33 +22,6 @@ const chromeOneWay = 50 * time.Millisecond
 type dgram struct {
 	b  []byte
 	at time.Time
-}
-
-// delayCopy copies src to dst oneWay later, in order.
-func delayCopy(dst, src net.Conn) {
-	q := make(chan dgram, 4096)
-	go func() {
-		defer close(q)
-		for {
-			buf := make([]byte, 32<<10)
-			n, err := src.Read(buf)
-			if n > 0 {
-				q <- dgram{buf[:n], time.Now().Add(chromeOneWay)}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for d := range q {
-		time.Sleep(time.Until(d.at))
-		if _, err := dst.Write(d.b); err != nil {
-			break
-		}
-	}
-	if tc, ok := dst.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
-	}
 }
 
 // delayProxies forwards TCP and UDP on one new 127.0.0.1 port to target,
@@ -76,8 +51,8 @@ func delayProxies(t *testing.T, target string) string {
 			}
 			wg.Go(func() {
 				var pw sync.WaitGroup
-				pw.Go(func() { delayCopy(s, c) })
-				pw.Go(func() { delayCopy(c, s) })
+				pw.Go(func() { delayproxy.Pipe(s, c, chromeOneWay) })
+				pw.Go(func() { delayproxy.Pipe(c, s, chromeOneWay) })
 				pw.Wait()
 				_ = c.Close()
 				_ = s.Close()

@@ -15,6 +15,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/http2"
+
+	"github.com/tailor-project/tailor/edge/internal/delayproxy"
 )
 
 // oneWay is the delay the proxies add in each direction: RTT = 2*oneWay,
@@ -24,34 +26,6 @@ const oneWay = 15 * time.Millisecond
 type delayed struct {
 	b  []byte
 	at time.Time
-}
-
-// delayPipe copies src to dst, delivering each chunk oneWay after it was
-// read, in order; closes dst's write side at EOF.
-func delayPipe(dst, src net.Conn) {
-	q := make(chan delayed, 4096)
-	go func() {
-		defer close(q)
-		for {
-			buf := make([]byte, 32<<10)
-			n, err := src.Read(buf)
-			if n > 0 {
-				q <- delayed{buf[:n], time.Now().Add(oneWay)}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	for d := range q {
-		time.Sleep(time.Until(d.at))
-		if _, err := dst.Write(d.b); err != nil {
-			break
-		}
-	}
-	if tc, ok := dst.(*net.TCPConn); ok {
-		_ = tc.CloseWrite()
-	}
 }
 
 // tcpDelayProxy forwards 127.0.0.1:random to target with oneWay delay each
@@ -74,8 +48,8 @@ func tcpDelayProxy(t *testing.T, target string) string {
 			}
 			wg.Go(func() {
 				var pw sync.WaitGroup
-				pw.Go(func() { delayPipe(s, c) })
-				pw.Go(func() { delayPipe(c, s) })
+				pw.Go(func() { delayproxy.Pipe(s, c, oneWay) })
+				pw.Go(func() { delayproxy.Pipe(c, s, oneWay) })
 				pw.Wait()
 				_ = c.Close()
 				_ = s.Close()

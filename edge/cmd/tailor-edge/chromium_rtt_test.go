@@ -38,27 +38,7 @@ func delayProxies(t *testing.T, target string) string {
 	must(t, err)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { _ = tl.Close(); _ = front.Close(); _ = back.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			wg.Go(func() {
-				var pw sync.WaitGroup
-				pw.Go(func() { delayproxy.Pipe(s, c, chromeOneWay) })
-				pw.Go(func() { delayproxy.Pipe(c, s, chromeOneWay) })
-				pw.Wait()
-				_ = c.Close()
-				_ = s.Close()
-			})
-		}
-	})
+	wg.Go(func() { delayproxy.ServeTCP(tl, target, chromeOneWay, &wg) })
 	var client sync.Map
 	up, down := make(chan dgram, 4096), make(chan dgram, 4096)
 	pump := func(read func([]byte) (int, error), q chan dgram) {

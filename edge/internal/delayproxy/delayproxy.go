@@ -5,6 +5,7 @@ package delayproxy
 
 import (
 	"net"
+	"sync"
 	"time"
 )
 
@@ -39,5 +40,30 @@ func Pipe(dst, src net.Conn, oneWay time.Duration) {
 	}
 	if tc, ok := dst.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
+	}
+}
+
+// ServeTCP accepts on ln until it is closed and forwards each connection to
+// target through two Pipes (oneWay each way); every goroutine it starts is
+// tracked in wg, so a caller that closes ln and waits on wg leaves nothing.
+func ServeTCP(ln net.Listener, target string, oneWay time.Duration, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		wg.Go(func() {
+			var pw sync.WaitGroup
+			pw.Go(func() { Pipe(s, c, oneWay) })
+			pw.Go(func() { Pipe(c, s, oneWay) })
+			pw.Wait()
+			_ = c.Close()
+			_ = s.Close()
+		})
 	}
 }

@@ -35,27 +35,7 @@ func tcpDelayProxy(t *testing.T, target string) string {
 	must(t, err)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			wg.Go(func() {
-				var pw sync.WaitGroup
-				pw.Go(func() { delayproxy.Pipe(s, c, oneWay) })
-				pw.Go(func() { delayproxy.Pipe(c, s, oneWay) })
-				pw.Wait()
-				_ = c.Close()
-				_ = s.Close()
-			})
-		}
-	})
+	wg.Go(func() { delayproxy.ServeTCP(ln, target, oneWay, &wg) })
 	return ln.Addr().String()
 }
 

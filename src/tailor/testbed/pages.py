@@ -33,7 +33,7 @@ import numpy as np
 
 from tailor.oracle.base import Website
 from tailor.oracle.websites import default_catalog, make_page
-from tailor.testbed.server import SERVER_IP, TestbedError, _make_cert, require_tools
+from tailor.testbed.server import NGINX_HEAD, SERVER_IP, TestbedError, _make_cert, require_tools
 
 # Five catalog pages spanning the Almanac's request-count quantiles (22..130 requests, 0.3..2.9 MB, 3..21 origins).
 MEASURED_PAGES = ("page-light-1", "page-light-3", "page-medium-2", "page-medium-3", "page-heavy-2")
@@ -41,17 +41,7 @@ DOMAIN = "tailor.test"
 H2_PORT, H1_PORT = 443, 8444
 EXT = {"html": "html", "css": "css", "js": "js", "img": "png", "font": "woff2", "other": "js"}
 
-NGINX_PAGES_CONF = """\
-user root;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 2048; }}
-http {{
-  access_log off;
-  client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;
-  uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;
-  gzip off;
+NGINX_PAGES_CONF = NGINX_HEAD + """\
   keepalive_timeout 30s;
   types {{ text/html html; text/css css; application/javascript js; image/png png; font/woff2 woff2; }}
   ssl_certificate {d}/cert.pem;
@@ -221,7 +211,7 @@ def prepare_pages(workdir: Path, names=MEASURED_PAGES, seed: int = 1) -> dict:
     for k in range(n_origins):
         (workdir / "www" / f"o{k}").mkdir(parents=True, exist_ok=True)
     conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_PAGES_CONF.format(d=workdir, servers=servers))
+    conf.write_text(NGINX_PAGES_CONF.format(d=workdir, conns=2048, servers=servers))
     (workdir / "manifest.json").write_text(json.dumps(manifest))
     return {"conf": conf, "origins": n_origins, "manifest": manifest}
 

@@ -19,17 +19,22 @@ SERVER_IP = "10.231.0.1"  # tailor-link's default server address inside its own 
 TLS_PORT = 8443
 PLAIN_PORT = 8080
 
-NGINX_CONF = """\
+# What every testbed nginx shares (root, one worker, files under the job's directory, no logs, no gzip);
+# format with d=<workdir>, conns=<worker_connections>.
+NGINX_HEAD = """\
 user root;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/error.log warn;
-events {{ worker_connections 512; }}
+events {{ worker_connections {conns}; }}
 http {{
   access_log off;
   client_body_temp_path {d}/tmp; proxy_temp_path {d}/tmp; fastcgi_temp_path {d}/tmp;
   uwsgi_temp_path {d}/tmp; scgi_temp_path {d}/tmp;
   gzip off;
+"""
+
+NGINX_CONF = NGINX_HEAD + """\
   keepalive_timeout 5s;
   server {{
     listen {ip}:{tls} ssl http2;
@@ -73,7 +78,7 @@ def prepare_site(workdir: Path, sizes: list[int], seed: int = 1) -> Path:
     for size in sorted(set(sizes)):
         (workdir / "www" / object_name(size)).write_bytes(rng_bytes[:size])
     conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(d=workdir, ip=SERVER_IP, tls=TLS_PORT, plain=PLAIN_PORT))
+    conf.write_text(NGINX_CONF.format(d=workdir, conns=512, ip=SERVER_IP, tls=TLS_PORT, plain=PLAIN_PORT))
     return conf
 
 

@@ -137,6 +137,13 @@ def _guarded(work, job, todo, deadline, counts) -> None:
 
 def _job_with_retry(job: Job, todo, site, tl_bin, seed, store: Store, on_row, pages=None) -> None:
     """Run a job; if some fetches did not come back valid, run only those once more (new link, new seed)."""
+    retry_missing(todo, lambda rest, attempt, keep: run_job(job, rest, site, tl_bin, job_seed(job, seed + attempt),
+                                                             keep, pages), store, on_row)
+
+
+def retry_missing(todo: list, attempt_run, store: Store, on_row) -> None:
+    """Up to MAX_ATTEMPTS runs of ``attempt_run(todo, attempt, keep)``, each over the fetches still without a valid
+    row; every run is stored with its attempt number, every row passes through ``on_row``."""
     for attempt in range(MAX_ATTEMPTS):
         if _STOPPING.is_set():
             return
@@ -147,7 +154,7 @@ def _job_with_retry(job: Job, todo, site, tl_bin, seed, store: Store, on_row, pa
             if row["ok"]:
                 good.add(row["key"])
 
-        run = run_job(job, todo, site, tl_bin, job_seed(job, seed + attempt), keep, pages)
+        run = attempt_run(todo, attempt, keep)
         store.append_run({**run, "attempt": attempt})
         todo = [f for f in todo if f.key not in good]
         if not todo:

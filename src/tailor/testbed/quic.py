@@ -292,7 +292,7 @@ def quic_row(job: QuicJob, f: Fetch, rec: dict, run: dict) -> dict:
 def measure_quic(plan: QuicPlan, out_dir: Path, parallel: int = 2, budget_s: float | None = None,
                  bins: Binaries | None = None, progress: bool = True) -> dict:
     """Measure every fetch of ``plan`` not yet in ``out_dir`` (resumable); start no job after ``budget_s``."""
-    from tailor.testbed.measure import _STOPPING, _cmd, _merge_provenance, _now, _pools
+    from tailor.testbed.measure import _STOPPING, _cmd, _merge_provenance, _now, _pools, retry_missing
     from tailor.testbed.store import Store
 
     check(1 <= parallel <= 8, "measure_quic", "parallel", "in [1, 8]", parallel)
@@ -324,21 +324,10 @@ def measure_quic(plan: QuicPlan, out_dir: Path, parallel: int = 2, budget_s: flo
         www = prepare_objects(Path(site), plan.sizes, plan.seed)
 
         def work(job: QuicJob, todo: list[Fetch]) -> None:
-            for attempt in range(2):  # a job whose fetches failed is retried once (new link, new loss seed)
-                if _STOPPING.is_set():
-                    return
-                good: set[str] = set()
-
-                def keep(row: dict) -> None:
-                    on_row(row)
-                    if row["ok"]:
-                        good.add(row["key"])
-
-                run = run_quic_job(job, todo, www, bins, _seed(job, plan.seed + attempt), keep)
-                store.append_run({**run, "attempt": attempt})
-                todo = [f for f in todo if f.key not in good]
-                if not todo:
-                    return
+            # a job whose fetches failed is retried once (new link, new loss seed)
+            retry_missing(todo, lambda rest, attempt, keep: run_quic_job(job, rest, www, bins,
+                                                                         _seed(job, plan.seed + attempt), keep),
+                          store, on_row)
 
         try:
             _pools([(jobs, parallel)], work, deadline, counts)

@@ -172,7 +172,9 @@ def test_one_quic_fetch_end_to_end_leaves_nothing_behind(tmp_path):
     # QUIC handshake + request = at least 2 RTT of 20 ms; a 10 KB object on 10 Mbit/s takes well under 1 s
     h3 = df[df.protocol == "h3"]
     assert h3.completion_ms.between(38, 1000).all(), h3.completion_ms.tolist()
-    assert (h3.handshake_ms >= 19).all() and (h3.srv_OutDatagrams >= 8).all()
+    # OutDatagrams counts UDP sends, and quic-go batches packets with GSO (one send = several packets), so the
+    # count varies from run to run; the handshake alone needs the server's Initial and Handshake flights plus data
+    assert (h3.handshake_ms >= 19).all() and (h3.srv_OutDatagrams >= 2).all()
     h2 = df[df.protocol == "h2"].iloc[0]
     assert h2.completion_ms >= 57 and h2.srv_OutSegs > 5  # TCP + TLS 1.3 + request: 3 RTT
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")

@@ -323,8 +323,9 @@ def test_malformed_telemetry_flood_rejected_good_records_kept(tmp_path, www, pro
     _wait(lambda: mgr.metric("tailor_ingest_rejected_records_total") >= n_bad + 3 * n_batches * 5, 10,
           "the rejected count")
     assert mgr.metric("tailor_ingest_rejected_records_total") == n_bad + 3 * n_batches * 5
-    # every edge response's record arrives (the edge flushes every 2 s)
-    want = 3 * n_batches * 5 + len(edge_codes) + 1  # + the readiness probe
+    # every edge response's record and its connection's record arrive (each curl is one connection with one
+    # response; the edge flushes every 2 s)
+    want = 3 * n_batches * 5 + 2 * (len(edge_codes) + 1)  # + the readiness probe
     _wait(lambda: mgr.metric("tailor_ingest_records_total") >= want, 15, f"{want} good records")
     time.sleep(2.5)
     assert mgr.metric("tailor_ingest_records_total") == want

@@ -164,6 +164,26 @@ def test_feed_mapping(tmp_path):
         assert stats.n == 2 and math.isclose(stats.mean, (math.log(900.0) + math.log(400.0)) / 2)
 
 
+
+def test_edge_connection_records_feed_the_archive_not_the_outcomes(tmp_path):
+    """tailor-edge's kind "connection" (alpn / tls_fingerprint set) updates the prefix archive only: its
+    responses are the outcomes, and its duration includes keep-alive idle time."""
+    app = create_app(cfg(tmp_path))
+    edge_conn = {"time": T0, "kind": "connection", "client_prefix": "10.8.8.0/24", "config_id": DEFAULT,
+                 "table_version": 1, "group": "g1", "handshake_rtt_ms": 40.0, "max_delivery_rate_Bps": 500000.0,
+                 "bytes_sent": 50000, "bytes_retrans": 500, "duration_ms": 30000.0, "alpn": "h2",
+                 "tls_fingerprint": "t13d1516h2_8daaf6152771_02713d6af862"}
+    resp = {"time": T0 + 1, "kind": "response", "client_prefix": "10.8.8.0/24", "config_id": DEFAULT,
+            "table_version": 1, "group": "g1", "ttfb_ms": 50.0, "ttlb_ms": 200.0, "object_bytes": 50000, "alpn": "h2"}
+    with TestClient(app) as c:
+        assert c.post("/v1/telemetry", content=batch([edge_conn, resp]), headers=AUTH).status_code == 202
+        mgr = app.state.manager
+        mgr.run_cycle(now=T0 + 10)
+        h = mgr.archive.get("10.8.8.0/24", T0 + 10)
+        assert h.samples >= 1 and math.isclose(h.loss, 0.01)  # the connection record reached the archive
+        stats = mgr.guard.treated["g1"][DEFAULT]
+        assert stats.n == 1 and math.isclose(stats.mean, math.log(200.0))  # only the response is an outcome
+
 # -- tables
 def test_etag_304_and_long_poll(tmp_path):
     app = create_app(cfg(tmp_path))

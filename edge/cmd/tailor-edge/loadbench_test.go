@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,8 +28,10 @@ import (
 // TestBenchLoad is the load comparison of bench/edge/run.sh: the built
 // tailor-edge with per-connection selection against the same binary with
 // --static (one configuration, no GetConfigForClient), at the same load on
-// loopback. Both servers run at once and rounds alternate A B B A, so
-// background load on this shared machine hits both alike. Only with
+// loopback. Both servers run at once and every worker alternates between
+// them connection by connection, so background load on this shared machine
+// hits both alike (an A/A run of this schedule differs by <= 0.5% at p50;
+// the older A B B A schedule of whole rounds by 3-6%). Only with
 // TAILOR_EDGE_BENCH=1 (it is a benchmark, not a test).
 func TestBenchLoad(t *testing.T) {
 	if os.Getenv("TAILOR_EDGE_BENCH") != "1" {
@@ -38,15 +41,60 @@ func TestBenchLoad(t *testing.T) {
 	conns := envInt("TAILOR_EDGE_BENCH_CONNS", 1000)
 	workers := envInt("TAILOR_EDGE_BENCH_WORKERS", 4)
 	table := writeTable(t, true) // 127/8 -> h2 config via a rule; default h1.1
+	// TAILOR_EDGE_BENCH_PROFILE=DIR: each server writes DIR/<mode>.pprof
+	// (--cpuprofile) when it stops. TAILOR_EDGE_BENCH_PROTOS="h2": only
+	// these new-connection loads, and no h2load (a profile of one path).
+	prof := func(mode string) []string {
+		if dir := os.Getenv("TAILOR_EDGE_BENCH_PROFILE"); dir != "" {
+			return []string{"--cpuprofile", filepath.Join(dir, mode+".pprof")}
+		}
+		return nil
+	}
+	protos, h2loadToo := []string{"h2", "h3"}, true
+	if v := os.Getenv("TAILOR_EDGE_BENCH_PROTOS"); v != "" {
+		protos, h2loadToo = strings.Fields(strings.ReplaceAll(v, ",", " ")), false
+	}
+	args := map[string][]string{
+		"selection": {"--self-signed", "--quic", "--table", table},
+		"static":    {"--self-signed", "--quic", "--static", "--table", writeStaticTable(t)},
+	}
+	// TAILOR_EDGE_BENCH_ARGS: extra flags for both servers (e.g.
+	// --apply-socket=false to take the setsockopt calls out of both).
+	for k := range args {
+		args[k] = append(args[k], strings.Fields(os.Getenv("TAILOR_EDGE_BENCH_ARGS"))...)
+	}
+	// TAILOR_EDGE_BENCH_AA=selection|static: both servers run that mode (an
+	// A/A run: the harness's own bias and noise between two processes).
+	if aa := os.Getenv("TAILOR_EDGE_BENCH_AA"); aa != "" {
+		if args[aa] == nil {
+			t.Fatalf("TAILOR_EDGE_BENCH_AA=%q: want selection or static", aa)
+		}
+		args["selection"], args["static"] = args[aa], args[aa]
+		t.Logf("A/A run: both servers run %s (the labels only name the slots)", aa)
+	}
+	// TAILOR_EDGE_BENCH_SCHEDULE: "interleaved" (default: every worker
+	// alternates the two servers connection by connection, so both see the
+	// same background load) or "abba" (one server at a time, rounds in
+	// A B B A order: the schedule before 2026-11-21).
+	interleave := true
+	switch v := os.Getenv("TAILOR_EDGE_BENCH_SCHEDULE"); v {
+	case "", "interleaved":
+	case "abba":
+		interleave = false
+	default:
+		t.Fatalf("TAILOR_EDGE_BENCH_SCHEDULE=%q: want interleaved or abba", v)
+	}
 	modes := []struct {
 		name string
 		p    *edgeProc
 	}{
-		{"selection", startEdge(t, "--self-signed", "--quic", "--table", table)},
-		{"static", startEdge(t, "--self-signed", "--quic", "--static", "--table", writeStaticTable(t))},
+		{"selection", startEdge(t, append(args["selection"], prof("selection")...)...)},
+		{"static", startEdge(t, append(args["static"], prof("static")...)...)},
 	}
-	res := map[string]any{"rounds": rounds, "conns_per_round": conns, "workers": workers, "go": "tailor-edge binary, loopback"}
-	for _, proto := range []string{"h2", "h3"} {
+	res := map[string]any{"rounds": rounds, "conns_per_round": conns, "workers": workers, "go": "tailor-edge binary, loopback",
+		"schedule": map[bool]string{true: "interleaved", false: "abba"}[interleave], "aa": os.Getenv("TAILOR_EDGE_BENCH_AA"),
+		"extra_args": os.Getenv("TAILOR_EDGE_BENCH_ARGS")}
+	for _, proto := range protos {
 		lat := map[string][]time.Duration{}
 		busy := map[string]time.Duration{}
 		cpu := map[string]time.Duration{}
@@ -54,26 +102,39 @@ func TestBenchLoad(t *testing.T) {
 		// between rounds on a shared machine
 		var p50r, p99r, cpur []float64
 		for r := range rounds {
-			order := []int{0, 1}
-			if r%2 == 1 {
-				order = []int{1, 0}
-			}
 			round := map[string][]time.Duration{}
 			roundCPU := map[string]time.Duration{}
-			for _, i := range order {
-				m := modes[i]
-				n := conns
-				if proto == "h3" {
-					n = conns / 2
+			n := conns
+			if proto == "h3" {
+				n = conns / 2
+			}
+			if interleave {
+				// both servers in the same interval, connection by connection:
+				// background load hits both alike
+				c0 := [2]time.Duration{serverCPU(t, modes[0].p), serverCPU(t, modes[1].p)}
+				samples := connLoadPair(t, proto, [2]string{modes[0].p.Addr, modes[1].p.Addr}, n, workers, r%2)
+				for i, m := range modes {
+					roundCPU[m.name] = serverCPU(t, m.p) - c0[i]
+					cpu[m.name] += roundCPU[m.name]
+					slices.Sort(samples[i])
+					round[m.name] = samples[i]
+					lat[m.name] = append(lat[m.name], samples[i]...)
+					for _, d := range samples[i] { // closed loop: w workers' share of the time
+						busy[m.name] += d / time.Duration(workers)
+					}
 				}
-				c0 := serverCPU(t, m.p)
-				d, samples := connLoad(t, proto, m.p.Addr, n, workers)
-				roundCPU[m.name] = serverCPU(t, m.p) - c0
-				cpu[m.name] += roundCPU[m.name]
-				slices.Sort(samples)
-				round[m.name] = samples
-				lat[m.name] = append(lat[m.name], samples...)
-				busy[m.name] += d
+			} else {
+				for _, i := range [][]int{{0, 1}, {1, 0}}[r%2] {
+					m := modes[i]
+					c0 := serverCPU(t, m.p)
+					d, samples := connLoad(t, proto, m.p.Addr, n, workers)
+					roundCPU[m.name] = serverCPU(t, m.p) - c0
+					cpu[m.name] += roundCPU[m.name]
+					slices.Sort(samples)
+					round[m.name] = samples
+					lat[m.name] = append(lat[m.name], samples...)
+					busy[m.name] += d
+				}
 			}
 			a, b := round["selection"], round["static"]
 			p50r = append(p50r, float64(q(a, 0.5))/float64(q(b, 0.5)))
@@ -98,26 +159,47 @@ func TestBenchLoad(t *testing.T) {
 		t.Logf("%s selection vs static: p50 %+.1f%% (median of paired rounds %+.1f%%), p99 %+.1f%% (paired %+.1f%%), conn/s %+.1f%%, server CPU/conn %+.1f%% (paired %+.1f%%)",
 			proto, diff["p50_pooled"], diff["p50_median_paired"], diff["p99_pooled"], diff["p99_median_paired"], diff["conns_per_s"], diff["server_cpu_per_conn"], diff["server_cpu_median_paired"])
 	}
-	if h2load, err := exec.LookPath("h2load"); err == nil {
+	if h2load, err := exec.LookPath("h2load"); err == nil && h2loadToo {
 		for _, c := range []struct {
 			name string
 			args []string
 		}{{"h2load_h2_keepalive", nil}, {"h2load_h1_keepalive", []string{"--h1"}}} {
 			rps := map[string][]float64{}
 			for r := range 3 {
+				if interleave { // both at once: each server gets one h2load under the same background load
+					var v [2]float64
+					var errs [2]error
+					var wg sync.WaitGroup
+					for i := range modes {
+						wg.Go(func() { v[i], errs[i] = h2loadRPS(h2load, modes[i].p.Port, c.args) })
+					}
+					wg.Wait()
+					for i, m := range modes {
+						must(t, errs[i])
+						rps[m.name] = append(rps[m.name], v[i])
+					}
+					continue
+				}
 				for _, i := range [][]int{{0, 1}, {1, 0}}[r%2] {
-					rps[modes[i].name] = append(rps[modes[i].name], h2loadRPS(t, h2load, modes[i].p.Port, c.args))
+					v, err := h2loadRPS(h2load, modes[i].p.Port, c.args)
+					must(t, err)
+					rps[modes[i].name] = append(rps[modes[i].name], v)
 				}
 			}
 			out := map[string]any{}
-			for k, v := range rps {
-				sort.Float64s(v)
-				out[k] = map[string]float64{"median_req_per_s": v[len(v)/2]}
+			var ratios []float64
+			for i := range rps["selection"] {
+				ratios = append(ratios, rps["selection"][i]/rps["static"][i])
 			}
-			a, b := rps["selection"][1], rps["static"][1]
-			out["diff_pct"] = pct(a, b)
+			for k, v := range rps {
+				out[k] = map[string]float64{"median_req_per_s": median(v)}
+			}
+			a, b := median(rps["selection"]), median(rps["static"])
+			out["diff_pct"], out["diff_median_paired_pct"] = pct(a, b), 100*(median(ratios)-1)
 			res[c.name] = out
-			t.Logf("%s (20000 requests, 8 connections x 10 streams): selection %.0f req/s, static %.0f req/s, diff %+.1f%%", c.name, a, b, pct(a, b))
+			how := map[bool]string{true: "both at once", false: "one at a time"}[interleave]
+			t.Logf("%s (20000 requests, 8 connections x 10 streams, 3 runs, %s): selection %.0f req/s, static %.0f req/s (medians), diff %+.1f%% (median of paired runs %+.1f%%)",
+				c.name, how, a, b, pct(a, b), 100*(median(ratios)-1))
 		}
 	}
 	if path := os.Getenv("TAILOR_EDGE_BENCH_OUT"); path != "" {
@@ -173,6 +255,46 @@ func connLoad(t *testing.T, proto, addr string, n, w int) (time.Duration, []time
 	return time.Since(start), samples
 }
 
+// connLoadPair opens n fresh connections to each of two servers with w
+// workers (closed loop); each worker alternates between the servers, worker
+// i starting with server (i+first)%2, so both servers are measured in the
+// same interval under the same load.
+func connLoadPair(t *testing.T, proto string, addrs [2]string, n, w, first int) [2][]time.Duration {
+	var mu sync.Mutex
+	var samples [2][]time.Duration
+	var left [2]int
+	left[0], left[1] = n, n
+	var wg sync.WaitGroup
+	for i := range w {
+		wg.Go(func() {
+			k := (i + first) % 2
+			for {
+				mu.Lock()
+				if left[k] == 0 {
+					k = 1 - k
+				}
+				if left[k] == 0 {
+					mu.Unlock()
+					return
+				}
+				left[k]--
+				mu.Unlock()
+				d, err := oneConn(proto, addrs[k])
+				if err != nil {
+					t.Errorf("%s %s: %v", proto, addrs[k], err)
+					return
+				}
+				mu.Lock()
+				samples[k] = append(samples[k], d)
+				mu.Unlock()
+				k = 1 - k
+			}
+		})
+	}
+	wg.Wait()
+	return samples
+}
+
 func oneConn(proto, addr string) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -221,20 +343,20 @@ func oneConn(proto, addr string) (time.Duration, error) {
 
 var h2loadRPSRE = regexp.MustCompile(`finished in .*?, ([0-9.]+) req/s`)
 
-func h2loadRPS(t *testing.T, h2load, port string, extra []string) float64 {
+func h2loadRPS(h2load, port string, extra []string) (float64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	args := append([]string{"-n", "20000", "-c", "8", "-m", "10", "-T", "10"}, extra...)
 	out, err := exec.CommandContext(ctx, h2load, append(args, "https://127.0.0.1:"+port+"/")...).CombinedOutput()
 	m := h2loadRPSRE.FindStringSubmatch(string(out))
 	if err != nil || m == nil || !h2loadReq.MatchString(string(out)) {
-		t.Fatalf("h2load: %v\n%s", err, out)
+		return 0, fmt.Errorf("h2load: %v\n%s", err, out)
 	}
 	if r := h2loadReq.FindStringSubmatch(string(out)); r[4] != "20000" {
-		t.Errorf("h2load: %s of 20000 succeeded", r[4])
+		return 0, fmt.Errorf("h2load: %s of 20000 succeeded", r[4])
 	}
 	v, _ := strconv.ParseFloat(m[1], 64)
-	return v
+	return v, nil
 }
 
 // serverCPU is the CPU time the server process has used (all threads,

@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -27,7 +29,7 @@ const (
 )
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stdout)
+	cfg, prof, err := parseFlags(os.Args[1:], os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}
@@ -35,7 +37,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tailor-edge: error:", err)
 		os.Exit(exitBadInput)
 	}
-	if err := run(cfg); err != nil {
+	if err := run(cfg, prof); err != nil {
 		fmt.Fprintln(os.Stderr, "tailor-edge: error:", err)
 		if errors.Is(err, edge.ErrConfig) || errors.Is(err, edge.ErrTable) {
 			os.Exit(exitBadInput)
@@ -46,8 +48,8 @@ func main() {
 
 // parseFlags reads the command line. A bad flag gives one error naming it
 // (no usage dump); --help prints the usage to help and returns flag.ErrHelp.
-func parseFlags(args []string, help io.Writer) (edge.Config, error) {
-	var c edge.Config
+// prof is --cpuprofile ("" for none).
+func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err error) {
 	fs := flag.NewFlagSet("tailor-edge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8443", "HOST:PORT to serve HTTPS on (TCP; with --quic also UDP)")
@@ -65,26 +67,47 @@ func parseFlags(args []string, help io.Writer) (edge.Config, error) {
 	fs.BoolVar(&c.QUIC, "quic", false, "also serve HTTP/3 over QUIC on the same UDP port (Alt-Svc on TCP responses)")
 	fs.BoolVar(&c.Static, "static", false, "no per-connection selection: every connection gets the table default (benchmark baseline)")
 	fs.StringVar(&c.DeviceMap, "device-map", "", `JA4 -> device class JSON file (tailor.device-map/v1); unmapped clients are "unknown"`)
+	fs.BoolVar(&c.ConnRecords, "connection-records", true, `with --telemetry, also one kind "connection" record per TCP/QUIC connection at close (TCP_INFO / QUIC stats)`)
+	fs.StringVar(&prof, "cpuprofile", "", "write a pprof CPU profile (500 Hz) of the whole run to this file at shutdown (benchmarking)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(fs, help)
 		}
-		return c, err
+		return c, prof, err
 	}
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
+		return c, prof, fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
 	}
 	if c.Poll < 0 {
-		return c, fmt.Errorf("--poll %v: must not be negative", c.Poll)
+		return c, prof, fmt.Errorf("--poll %v: must not be negative", c.Poll)
 	}
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
-		return c, fmt.Errorf("--listen %q: want HOST:PORT", c.Listen)
+		return c, prof, fmt.Errorf("--listen %q: want HOST:PORT", c.Listen)
 	}
 	if t := c.Telemetry; t != "" && t != "-" && !strings.HasPrefix(t, "http://") && !strings.HasPrefix(t, "https://") {
-		return c, fmt.Errorf("--telemetry %q: want an http(s) URL or -", t)
+		return c, prof, fmt.Errorf("--telemetry %q: want an http(s) URL or -", t)
 	}
 	c.Token = os.Getenv("TAILOR_TOKEN")
-	return c, nil
+	return c, prof, nil
+}
+
+// cpuProfileHz is the --cpuprofile sampling rate: 100 Hz (the default)
+// gives too few samples to compare two modes that differ by a few µs per
+// connection.
+const cpuProfileHz = 500
+
+// startCPUProfile starts profiling into path; the returned stop writes it.
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	runtime.SetCPUProfileRate(cpuProfileHz) // StartCPUProfile then keeps this rate (it logs that it cannot change it)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error { pprof.StopCPUProfile(); return f.Close() }, nil
 }
 
 func usage(fs *flag.FlagSet, w io.Writer) {
@@ -95,10 +118,17 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 	fs.SetOutput(io.Discard)
 }
 
-func run(cfg edge.Config) error {
+func run(cfg edge.Config, prof string) error {
 	s, err := edge.New(cfg)
 	if err != nil {
 		return err
+	}
+	if prof != "" {
+		stop, err := startCPUProfile(prof)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = stop() }()
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -39,6 +39,7 @@ type Config struct {
 	QUIC         bool          // also serve HTTP/3 on the same UDP port; default false
 	DeviceMap    string        // JA4 -> device class file; default "" (every device "unknown")
 	Static       bool          // no per-connection selection: every connection gets the table default (benchmark baseline); default false
+	ConnRecords  bool          // with Telemetry, one "connection" record per TCP/QUIC connection at close; default true (set in main)
 
 	ReadHeaderTimeout time.Duration // default 10s
 	IdleTimeout       time.Duration // default 120s

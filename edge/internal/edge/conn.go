@@ -20,6 +20,7 @@ type Conn struct {
 	net.Conn
 	Accepted time.Time
 	state    atomic.Pointer[ConnState]
+	tel      *connTelemetry // nil: no "connection" record (connrecord.go)
 }
 
 // State is the decision made in the handshake (nil before it).
@@ -31,19 +32,19 @@ type ConnState struct {
 	Addr         netip.Addr
 	Prefix       string // client_prefix for telemetry; "" = derived from Addr when reported
 	SNI          string
-	JA3, JA4     string
+	JA3, JA4     string // JA3 only with an OnDecision (TCP) / SetOnQUICDecision hook: nothing else reads it
 	Device       string // from the JA4 through the device map; "unknown" when unmapped
 	TableVersion int64
 	DecideNs     int64   // time spent classifying + resolving
-	HandshakeRTT float64 // ms: TCP_INFO rtt at the ClientHello (TCP) or QUIC's smoothed RTT after the handshake; 0 = not measured
+	HandshakeRTT float64 // ms: TCP_INFO rtt at the ClientHello (TCP; read only with telemetry or an OnDecision hook) or QUIC's smoothed RTT after the handshake; 0 = not measured
 }
 
-// listener wraps accepted sockets in *Conn; static (Config.Static) applies
+// listener wraps accepted sockets in *Conn; with Config.Static it applies
 // the one configuration's socket knobs at accept, as selection would in
 // the handshake.
 type listener struct {
 	net.Listener
-	static *Server
+	s *Server
 }
 
 func (l listener) Accept() (net.Conn, error) {
@@ -51,8 +52,12 @@ func (l listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	s := l.s
 	ec := &Conn{Conn: c, Accepted: time.Now()}
-	if s := l.static; s != nil && s.cfg.ApplySocket {
+	if s.connRecords() {
+		ec.tel = &connTelemetry{srv: s}
+	}
+	if s.cfg.Static && s.cfg.ApplySocket {
 		s.applySocket(ec, s.plan.Load().Default.Socket)
 	}
 	return ec, nil
@@ -60,19 +65,37 @@ func (l listener) Accept() (net.Conn, error) {
 
 // configForClient runs after the ClientHello and before the ServerHello:
 // classify, resolve, sample, apply socket knobs, return the pre-built config.
+// It is on every handshake's critical path, so what only telemetry or the
+// test hook read (the TCP_INFO handshake RTT, the JA3) is skipped without
+// them.
 func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	start := time.Now()
 	plan := s.plan.Load()
-	st := classify(h, plan, s.devices)
+	st := classify(h, plan, s.devices, s.OnDecision != nil)
 	st.DecideNs = time.Since(start).Nanoseconds()
 	c, ok := h.Conn.(*Conn)
 	if !ok {
 		return st.Conf.TLS, nil
 	}
-	st.HandshakeRTT = handshakeRTT(c.Conn)
+	// one RawConn.Control for the TCP_INFO read and the socket knobs
+	var errs []error
+	var err error
+	if rtt := s.sink != nil || s.OnDecision != nil; rtt || s.cfg.ApplySocket {
+		err = control(c.Conn, func(fd int) {
+			if rtt {
+				st.HandshakeRTT = tcpInfoRTT(fd)
+			}
+			if s.cfg.ApplySocket {
+				errs = st.Conf.Socket.setAll(fd, goNoDelay(c.Conn))
+			}
+		})
+	}
 	c.state.Store(st)
 	if s.cfg.ApplySocket {
-		s.applySocket(c, st.Conf.Socket)
+		if err != nil {
+			errs = []error{err}
+		}
+		s.socketDone(errs)
 	}
 	if s.OnDecision != nil {
 		s.OnDecision(c, st)
@@ -80,34 +103,28 @@ func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	return st.Conf.TLS, nil
 }
 
-func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap) *ConnState {
+// classify fingerprints, resolves and samples; ja3: also compute the JA3.
+func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap, ja3 bool) *ConnState {
 	addr := remoteAddr(h.Conn)
-	st := &ConnState{Addr: addr, SNI: h.ServerName, JA3: tlsfp.JA3(h), JA4: tlsfp.JA4(h), TableVersion: plan.Table.Version}
+	st := &ConnState{Addr: addr, SNI: h.ServerName, JA4: tlsfp.JA4(h), TableVersion: plan.Table.Version}
+	if ja3 {
+		st.JA3 = tlsfp.JA3(h)
+	}
 	st.Device = devices.Device(st.JA4)
 	st.Decision = plan.Decide(rules.Conn{Addr: addr, SNI: h.ServerName, Device: st.Device}, rand.Float64(), rand.Float64())
 	return st
 }
 
-// handshakeRTT is the kernel's RTT estimate (TCP_INFO tcpi_rtt) when the
-// ClientHello arrives. The server has sent nothing but the SYN/ACK yet, so
-// the only sample is SYN/ACK -> ACK: the TCP handshake RTT. 0 when
-// unavailable.
-func handshakeRTT(c net.Conn) float64 {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return 0
-	}
-	raw, err := tc.SyscallConn()
+// tcpInfoRTT is the kernel's RTT estimate (TCP_INFO tcpi_rtt) in ms; read
+// when the ClientHello arrives, the server has sent nothing but the
+// SYN/ACK yet, so the only sample is SYN/ACK -> ACK: the TCP handshake RTT.
+// 0 when unavailable.
+func tcpInfoRTT(fd int) float64 {
+	ti, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 	if err != nil {
 		return 0
 	}
-	var rtt uint32
-	_ = raw.Control(func(fd uintptr) {
-		if ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
-			rtt = ti.Rtt
-		}
-	})
-	return float64(rtt) / 1000
+	return float64(ti.Rtt) / 1000
 }
 
 func remoteAddr(c net.Conn) netip.Addr {
@@ -124,8 +141,10 @@ func remoteAddr(c net.Conn) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-func (s *Server) applySocket(c *Conn, o SocketOpts) {
-	errs := o.apply(c.Conn)
+func (s *Server) applySocket(c *Conn, o SocketOpts) { s.socketDone(o.apply(c.Conn)) }
+
+// socketDone counts one connection's setsockopt outcome.
+func (s *Server) socketDone(errs []error) {
 	s.Socket.Applied.Add(1)
 	if len(errs) > 0 {
 		s.Socket.Failed.Add(int64(len(errs)))

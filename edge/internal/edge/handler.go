@@ -85,6 +85,9 @@ func (s *Server) measure(next http.Handler) http.Handler {
 		rec.finish()
 		if s.sink != nil {
 			s.sink.Add(s.responseRecord(r, rec))
+			if c := connFrom(r.Context()); c != nil {
+				c.noteResponse(r.ProtoMajor)
+			}
 		}
 	})
 }

@@ -46,7 +46,10 @@ func quicConfig(full map[string]any) *quic.Config {
 
 // quicConn carries a QUIC connection's state from quic-go's per-connection
 // hooks to its requests (through the connection context).
-type quicConn struct{ state atomic.Pointer[ConnState] }
+type quicConn struct {
+	state atomic.Pointer[ConnState]
+	start time.Time // the first Initial packet
+}
 
 type quicKey struct{}
 
@@ -115,7 +118,7 @@ func (s *Server) quicConfigForClient(info *quic.ClientInfo) (*quic.Config, error
 	st := &ConnState{Addr: addr, Device: UnknownDevice, TableVersion: plan.Table.Version}
 	st.Decision = plan.Decide(rules.Conn{Addr: addr}, rand.Float64(), rand.Float64())
 	st.DecideNs = time.Since(start).Nanoseconds()
-	qc := &quicConn{}
+	qc := &quicConn{start: start}
 	qc.state.Store(st)
 	s.pendingQUIC.Store(info, qc)
 	return st.Conf.QUIC, nil
@@ -126,7 +129,7 @@ func (s *Server) quicConfigForClient(info *quic.ClientInfo) (*quic.Config, error
 func (s *Server) quicConnContext(ctx context.Context, info *quic.ClientInfo) (context.Context, error) {
 	v, ok := s.pendingQUIC.LoadAndDelete(info)
 	if !ok { // not reachable: quic-go calls GetConfigForClient first
-		qc := &quicConn{}
+		qc := &quicConn{start: time.Now()}
 		st := &ConnState{Decision: Decision{Conf: s.plan.Load().Default}, Prefix: "unknown", Device: UnknownDevice}
 		st.Config, st.P = st.Conf.ID, 1
 		qc.state.Store(st)
@@ -143,7 +146,10 @@ func (s *Server) quicClientHello(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		return nil, nil
 	}
 	st := *qc.state.Load()
-	st.SNI, st.JA3, st.JA4 = h.ServerName, tlsfp.JA3(h), tlsfp.JA4QUIC(h)
+	st.SNI, st.JA4 = h.ServerName, tlsfp.JA4QUIC(h)
+	if s.onQUIC.Load() != nil { // only the test hook reads the JA3
+		st.JA3 = tlsfp.JA3(h)
+	}
 	st.Device = s.devices.Device(st.JA4)
 	qc.state.Store(&st)
 	return nil, nil
@@ -159,6 +165,9 @@ func (s *Server) h3ConnContext(ctx context.Context, c *quic.Conn) context.Contex
 	st := *qc.state.Load()
 	st.HandshakeRTT = float64(c.ConnectionStats().SmoothedRTT.Microseconds()) / 1000
 	qc.state.Store(&st)
+	if s.connRecords() {
+		s.watchQUIC(qc, c)
+	}
 	if f := s.onQUIC.Load(); f != nil {
 		(*f)(c, &st)
 	}
@@ -168,6 +177,9 @@ func (s *Server) h3ConnContext(ctx context.Context, c *quic.Conn) context.Contex
 func addrOf(a net.Addr) netip.Addr {
 	if a == nil {
 		return netip.Addr{}
+	}
+	if ua, ok := a.(*net.UDPAddr); ok { // no string round trip (it is on every QUIC connection's path)
+		return ua.AddrPort().Addr().Unmap()
 	}
 	ap, err := netip.ParseAddrPort(a.String())
 	if err != nil {

@@ -16,6 +16,17 @@ func (s *Server) baseRecord(r *http.Request, kind string) telemetry.Record {
 		st = &ConnState{Decision: Decision{Conf: s.plan.Load().Default}, Prefix: "unknown"}
 		st.Config, st.P = st.Conf.ID, 1
 	}
+	rec := s.stateRecord(st, kind)
+	rec.ALPN = map[int]string{2: "h2", 3: "h3"}[r.ProtoMajor]
+	if rec.ALPN == "" {
+		rec.ALPN = "http/1.1"
+	}
+	return rec
+}
+
+// stateRecord is a record of kind with what the handshake decided and
+// learned (no ALPN: the caller knows it).
+func (s *Server) stateRecord(st *ConnState, kind string) telemetry.Record {
 	prefix := st.Prefix
 	if prefix == "" {
 		prefix = clientPrefix(st.Addr)
@@ -26,10 +37,6 @@ func (s *Server) baseRecord(r *http.Request, kind string) telemetry.Record {
 		SNI: st.SNI, TLSFingerprint: st.JA4}
 	if s.cfg.FullAddress && st.Addr.IsValid() {
 		rec.ClientAddr = st.Addr.String()
-	}
-	rec.ALPN = map[int]string{2: "h2", 3: "h3"}[r.ProtoMajor]
-	if rec.ALPN == "" {
-		rec.ALPN = "http/1.1"
 	}
 	rec.Device = st.Device
 	if st.HandshakeRTT > 0 {

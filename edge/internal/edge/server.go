@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/http2"
@@ -42,8 +43,10 @@ type Server struct {
 	quic        *quicServer // nil without --quic
 	closed      bool
 
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	connWG  sync.WaitGroup // QUIC connection-record watchers (connrecord.go)
+	closing atomic.Int64   // TCP connection records being made (connrecord.go)
 }
 
 // New validates cfg, loads the certificate and the first table.
@@ -104,8 +107,13 @@ func (s *Server) setupHTTP() error {
 // serveH2 serves a connection that negotiated h2 with its config's SETTINGS.
 func (s *Server) serveH2(_ *http.Server, c *tls.Conn, h http.Handler) {
 	conf := s.plan.Load().Default
-	if ec, ok := c.NetConn().(*Conn); ok && ec.State() != nil {
-		conf = ec.State().Conf
+	if ec, ok := c.NetConn().(*Conn); ok {
+		if st := ec.State(); st != nil {
+			conf = st.Conf
+		}
+		if ec.tel != nil {
+			ec.tel.alpn.Store(protoH2)
+		}
 	}
 	if conf.H2 == nil { // cannot happen: only h2 configs offer "h2"
 		_ = c.Close()
@@ -139,9 +147,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.startBackground(ctx)
 	s.mu.Unlock()
-	tlsConf, wrapped := s.base, listener{Listener: ln}
+	tlsConf, wrapped := s.base, listener{Listener: ln, s: s}
 	if s.cfg.Static {
-		tlsConf, wrapped.static = s.plan.Load().Default.TLS, s // no GetConfigForClient
+		tlsConf = s.plan.Load().Default.TLS // no GetConfigForClient
 	}
 	err := s.h1.Serve(tls.NewListener(wrapped, tlsConf))
 	if q := s.quic; q != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -163,9 +171,15 @@ func (s *Server) Close() error {
 	s.closed = true
 	q, stop := s.quic, s.stop
 	s.mu.Unlock()
-	err := s.h1.Close()
+	err := s.h1.Close() // closes the TCP connections: their records are added now
+	// a connection that its own goroutine was closing at that moment may
+	// still be making its record (bounded wait: never blocks shutdown)
+	for deadline := time.Now().Add(time.Second); s.closing.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if q != nil {
 		err = errors.Join(err, q.close())
+		s.connWG.Wait() // the QUIC connections' records
 	}
 	if stop != nil {
 		stop()
@@ -189,6 +203,9 @@ func (s *Server) startBackground(ctx context.Context) {
 // SetOnQUICDecision installs a hook called when a QUIC handshake completes
 // (tests); safe while serving: UDP gives the race detector no ordering.
 func (s *Server) SetOnQUICDecision(f func(c *quic.Conn, st *ConnState)) { s.onQUIC.Store(&f) }
+
+// connRecords: report a "connection" record per connection.
+func (s *Server) connRecords() bool { return s.sink != nil && s.cfg.ConnRecords }
 
 // Plan is the table in force.
 func (s *Server) Plan() *Plan { return s.plan.Load() }

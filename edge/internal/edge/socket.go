@@ -18,7 +18,7 @@ type SocketOpts struct {
 	SndBuf       int    // SO_SNDBUF (0 = kernel autotuning)
 	MaxPacing    uint64 // SO_MAX_PACING_RATE in bytes/s (0 = unlimited)
 	NotSentLowat int    // TCP_NOTSENT_LOWAT (0 = kernel default)
-	NoDelay      bool   // TCP_NODELAY (always set: Go turns it on by default)
+	NoDelay      bool   // TCP_NODELAY (Go turns it on for every TCP connection; false costs a setsockopt)
 }
 
 func socketOpts(full map[string]any) SocketOpts {
@@ -38,24 +38,40 @@ type SocketStats struct {
 
 // apply sets the options on c (a *net.TCPConn) and returns every failure.
 func (o SocketOpts) apply(c net.Conn) []error {
-	sc, ok := c.(interface {
-		SyscallConn() (syscall.RawConn, error)
-	})
-	if !ok {
-		return []error{fmt.Errorf("%w: %T has no raw socket", ErrSocket, c)}
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return []error{fmt.Errorf("%w: %v", ErrSocket, err)}
-	}
 	var errs []error
-	if err := raw.Control(func(fd uintptr) { errs = o.setAll(int(fd)) }); err != nil {
-		return []error{fmt.Errorf("%w: %v", ErrSocket, err)}
+	if err := control(c, func(fd int) { errs = o.setAll(fd, goNoDelay(c)) }); err != nil {
+		return []error{err}
 	}
 	return errs
 }
 
-func (o SocketOpts) setAll(fd int) []error {
+// control runs f on c's socket (one RawConn.Control: one fd reference,
+// one allocation).
+func control(c net.Conn, f func(fd int)) error {
+	sc, ok := c.(interface {
+		SyscallConn() (syscall.RawConn, error)
+	})
+	if !ok {
+		return fmt.Errorf("%w: %T has no raw socket", ErrSocket, c)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrSocket, err)
+	}
+	if err := raw.Control(func(fd uintptr) { f(int(fd)) }); err != nil {
+		return fmt.Errorf("%w: %v", ErrSocket, err)
+	}
+	return nil
+}
+
+// goNoDelay: Go's net package turns TCP_NODELAY on for every TCP
+// connection it creates (accepted ones included), so on a *net.TCPConn
+// nobody else has touched, setting it to 1 again is a wasted syscall.
+func goNoDelay(c net.Conn) bool { _, ok := c.(*net.TCPConn); return ok }
+
+// setAll sets the options on fd; nodelayOn says TCP_NODELAY is known to be
+// on already (then only NoDelay false costs a syscall).
+func (o SocketOpts) setAll(fd int, nodelayOn bool) []error {
 	var errs []error
 	keep := func(name string, err error) {
 		if err != nil {
@@ -74,7 +90,9 @@ func (o SocketOpts) setAll(fd int) []error {
 	if o.NotSentLowat > 0 {
 		keep("TCP_NOTSENT_LOWAT", unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, o.NotSentLowat))
 	}
-	keep("TCP_NODELAY", unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(o.NoDelay)))
+	if !o.NoDelay || !nodelayOn {
+		keep("TCP_NODELAY", unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(o.NoDelay)))
+	}
 	return errs
 }
 

@@ -4,7 +4,10 @@ The mapping (documented in docs/manager.md, computed in SQL by :data:`FEED_SQL` 
 only derived columns):
 
 * completion time: ``plt_ms`` for kind ``pageload``, ``ttlb_ms`` for ``response``,
-  ``duration_ms`` for ``connection``; a record without it updates the prefix archive only.
+  ``duration_ms`` for ``connection`` from tailor-agent; a record without it updates the prefix archive
+  only. ``connection`` records from tailor-edge (they carry ``alpn`` or ``tls_fingerprint``, which the
+  agent cannot see) are archive-only too: the edge reports each of the connection's responses, and their
+  ``duration_ms`` includes keep-alive idle time.
 * RTT: ``handshake_rtt_ms``, else ``min_rtt_ms``, else ``srtt_ms``.
 * goodput (Mbit/s): ``max_delivery_rate_Bps`` x 8 / 1e6, else ``bytes_acked`` x 8 / ``duration_ms``,
   else ``object_bytes`` x 8 / ``ttlb_ms``.
@@ -37,7 +40,8 @@ from tailor.scenario.model import ClientInfo
 FEED_SQL = """
 SELECT seq, time, client_prefix, client_addr, "group", config_id, coalesce(probability, 1.0), coalesce(holdback, false),
        coalesce(sni, ''), coalesce(device, ''),
-       CASE kind WHEN 'pageload' THEN plt_ms WHEN 'response' THEN ttlb_ms ELSE duration_ms END,
+       CASE WHEN kind = 'pageload' THEN plt_ms WHEN kind = 'response' THEN ttlb_ms
+            WHEN alpn IS NULL AND tls_fingerprint IS NULL THEN duration_ms END,
        coalesce(handshake_rtt_ms, min_rtt_ms, srtt_ms),
        coalesce(max_delivery_rate_Bps * 8 / 1e6,
                 CASE WHEN duration_ms > 0 THEN bytes_acked * 8 / duration_ms / 1e3 END,

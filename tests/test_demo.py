@@ -128,7 +128,10 @@ def test_short_demo_output_complete_and_cleaned_up(tmp_path):
         s = g["after_learning"]
         assert s["n_tuned"] + s["n_holdback"] > 0
         assert g["fetches_ok"] > 0 and g["table_versions_seen"]
-        assert g["chosen"]["group"] is not None  # the learned table reaches this client's prefix
+        # the learned table reaches this client's prefix (in some round: mab-nc refits its K-means classes every
+        # cycle, and with two prefixes a prefix's archived features can fall for one cycle into a class that
+        # has no group yet, which leaves that prefix on the default until the next cycle)
+        assert any(r["groups"][g["name"]]["table_group"] is not None for r in rep["rounds"]), rep["rounds"]
         assert g["chosen"]["greedy"].startswith("c-") and 0 < g["chosen"]["p"] <= 1
     assert rep["metrics"]["tailor_ingest_records_total"] >= f["matched"]
     assert rep["metrics"]["tailor_ingest_rejected_records_total"] == 0

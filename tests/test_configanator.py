@@ -58,8 +58,11 @@ def test_decision_tree_generalises_to_unseen_class():
 
 
 def test_tree_settings_are_the_papers():
-    model = ConfigTree()._model()
-    assert (model.criterion, model.min_samples_split, model.max_depth, model.max_leaf_nodes) == ("entropy", 2, None, 80)
+    model = ConfigTree()._model()  # "minimum number of leaf nodes 80" read as min_samples_leaf (learn/dtree.py)
+    assert (model.criterion, model.min_samples_split, model.max_depth, model.min_samples_leaf,
+            model.max_leaf_nodes) == ("entropy", 2, None, 80, None)
+    model = ConfigTree(leaf_mode="max")._model()  # the other reading
+    assert (model.min_samples_leaf, model.max_leaf_nodes) == (1, 80)
 
 
 @pytest.fixture(scope="module")

@@ -78,7 +78,7 @@ PARAMETERS = {
     "max_k": (24, *_int(1)),
     "k_scale": (1.0, lambda v: isinstance(v, float) and v > 0, "a float > 0"),  # Fig. 7 study only
     "dt_leaves": (80, *_int(2)),  # §5
-    "dt_leaf_mode": ("max", lambda v: v in ("max", "min"), "'max' or 'min'"),
+    "dt_leaf_mode": ("min", lambda v: v in ("max", "min"), "'max' or 'min'"),  # §5, reading: see learn/dtree.py
     "dt_window": (20000, *_int(100)),
     "perf_memory": (0, *_int(0)),  # App. F.7 / Table 4 (0 = all)
     "max_points": (60, *_int(2)),

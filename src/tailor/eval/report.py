@@ -50,9 +50,11 @@ def plot_boxes(ev) -> str:
 def plot_convergence(ev) -> str:
     """Median distance to optimal vs learning iteration (Configanator Fig. 6)."""
     fig, ax = plt.subplots(figsize=(9, 4))
-    for r in ev.results:
+    styles = [(c, ls) for ls in ("-", "--", ":") for c in plt.rcParams["axes.prop_cycle"].by_key()["color"]]
+    for k, r in enumerate(ev.results):
         x, med, _ = metrics.convergence(r.records)
-        ax.plot(x, 100 * med, label=r.policy, marker=".")
+        color, ls = styles[k % len(styles)]  # more policies than colours: the line style tells them apart
+        ax.plot(x, 100 * med, label=r.policy, marker=".", color=color, ls=ls)
     ax.set_xlabel("page load number of the website (learning iteration)")
     ax.set_ylabel("median distance from optimal (%)")
     ax.set_yscale("symlog", linthresh=1)

@@ -29,11 +29,22 @@ def test_evaluate_repeat_reports_mean_and_ci(tmp_path, capsys):
     assert (tmp_path / "seed-0" / "results.parquet").is_file() and (tmp_path / "seed-1" / "results.parquet").is_file()
 
 
+def test_policy_param_reaches_the_policies_that_have_it(tmp_path, capsys):
+    rc = main(["evaluate", "--policies", "random,mab-nc", "--sessions", "20", "--json", "--no-report",
+               "--policy-param", "epsilon=0.25", "--out", str(tmp_path)])
+    assert rc == 0
+    meta = json.loads((tmp_path / "metadata.json").read_text())
+    assert meta["policies"]["mab-nc"]["epsilon"] == 0.25 and "epsilon" not in meta["policies"]["random"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["evaluate", "--policies", "nope"], "registered policies"),
     (["evaluate", "--space", "nope"], "'name' parameter of ConfigSpace"),
     (["evaluate", "--allowed", "NoSuchThing"], "'allowed' parameter"),
     (["evaluate", "--scenario", "/nonexistent/file.scn"], "nonexistent"),
+    (["evaluate", "--policies", "random,mab-nc", "--policy-param", "dt_leaf_mode=max"], "'policy-param' parameter"),
+    (["evaluate", "--policies", "mab-nc", "--policy-param", "epsilon"], "KEY=VALUE"),
+    (["evaluate", "--policies", "mab-nc", "--policy-param", "epsilon=2.0"], "'epsilon' parameter of MABNCPolicy"),
 ])
 def test_bad_input_is_one_clear_error(argv, needle, capsys, tmp_path):
     assert main(argv + ["--out", str(tmp_path)]) == 2

@@ -29,6 +29,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--mode", choices=("online", "table"), default="online",
                     help="online: the policy picks per connection; table: edges apply compiled decision tables")
     ev.add_argument("--perf-memory", type=int, default=None, help="PerfMemory: samples kept per configuration (0 = all)")
+    ev.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a parameter for every listed policy that has it, e.g. dt_leaf_mode=max (repeatable)")
     ev.add_argument("--oracle", choices=("auto", "model", "measured"), default="auto",
                     help="auto: the measured testbed dataset when it covers the space and websites, else the model")
     ev.add_argument("--no-report", action="store_true", help="skip the HTML report")

@@ -54,10 +54,26 @@ def _evaluate_seed(args, seed, oracle, policies, progress, err):
     config = SimConfig(space=args.space, allowed=args.allowed, update_freq_s=args.update_freq,
                        update_latency_s=args.update_latency, mode=args.mode, seed=seed)
     scenario = load_scenario(args.scenario, n_sessions=args.sessions, seed=seed, websites=sorted(oracle.websites))
-    overrides = {} if args.perf_memory is None else {"perf_memory": args.perf_memory}
+    overrides = policy_overrides(args, policies)
     err.print(f"seed {seed}: scenario {scenario.name}: {len(scenario.sessions)} sessions, {scenario.n_loads} page loads; "
               f"oracle {oracle.name}; space {config.space} ({args.allowed or 'all allowed'})")
     return evaluate(scenario, oracle, policies, config, overrides, progress)
+
+
+def policy_overrides(args, policies: list[str]) -> dict:
+    """``--perf-memory`` and ``--policy-param`` as constructor overrides; each parameter must belong to at
+    least one listed policy (policies without it ignore it; values are checked by the policy itself)."""
+    from tailor.errors import check
+    from tailor.manager.server import parse_policy_params
+    from tailor.policies import POLICIES
+
+    overrides = dict(parse_policy_params(getattr(args, "policy_param", None) or [], "tailor evaluate"))
+    for key in overrides:
+        owners = [p for p in policies if key in getattr(POLICIES.get(p), "parameters", {})]
+        check(bool(owners), "tailor evaluate", "policy-param", f"a parameter of one of {policies}", key)
+    if args.perf_memory is not None:
+        overrides["perf_memory"] = args.perf_memory
+    return overrides
 
 
 def aggregate(runs: list[list[dict]]) -> list[dict]:

@@ -32,12 +32,12 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def parse_policy_params(items: list[str]) -> tuple[tuple[str, object], ...]:
+def parse_policy_params(items: list[str], program: str = "tailor manager") -> tuple[tuple[str, object], ...]:
     """``["epsilon=0.3", "classes=4"]`` -> ``(("epsilon", 0.3), ("classes", 4))`` (int, float, bool or text)."""
     out = []
     for item in items:
         key, eq, text = item.partition("=")
-        check(bool(eq) and key.strip().isidentifier(), "tailor manager", "policy-param", "KEY=VALUE", item)
+        check(bool(eq) and key.strip().isidentifier(), program, "policy-param", "KEY=VALUE", item)
         value: object = text.strip()
         for cast in (int, float):
             try:

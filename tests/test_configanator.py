@@ -152,3 +152,24 @@ def test_new_pair_bootstrap_starts_with_the_trees_prediction(oracle):
         assert decision.arm == "bootstrap" and decision.config == expected
         assert policy._pairs[decision.group]._boot[0] == expected
         assert len(set(policy._pairs[decision.group]._boot)) == policy.init_samples
+
+
+def test_records_of_a_tables_default_group_feed_the_clients_pair(oracle):
+    """A manager feeds records whose group is the published table's "default" (edges report the group they
+    applied): they are classified into the client's pair, never kept as a pair named "default", and the
+    table still compiles (found when the manager's default became Configanator)."""
+    from tailor.context import Decision, Outcome
+    from tailor.space import ConfigSpace
+    from tailor.policies.base import PolicyEnv
+    space = ConfigSpace.named("core")
+    sites = tuple(sorted(oracle.websites))
+    policy = make_policy("configanator", seed=0).reset(space, PolicyEnv(websites=sites))
+    ctx = _ctx("10.9.8.0/24", 40.0, sites[0])
+    for k in range(3):
+        policy.observe(ctx, Decision(space.default_index, 1.0, "default", "table"),
+                       Outcome(900.0 + k, 50.0, 40.0, 0.001, 300_000))
+    assert "default" not in policy._pairs and len(policy._pairs) == 1
+    (key,) = policy._pairs
+    assert key.endswith("|" + sites[0]) and policy._pairs[key].stats.counts[space.default_index] == 3
+    table = policy.plan(0.0)  # compiles (table_rules splits every pair key)
+    assert set(policy.table_groups()) == {"default", key} and table["default"]

@@ -245,19 +245,26 @@ def closed_loop(c, edge, cycles, n, t0):
     return out
 
 
+def learned(policy) -> dict:
+    """Per-key observation counts of the manager's policy (Configanator: per website x class pair)."""
+    keyed = policy._pairs.items() if hasattr(policy, "_pairs") else policy._stats.items()
+    return {k: (s.stats if hasattr(s, "stats") else s).counts.tolist() for k, s in keyed}
+
+
 def test_restart_resumes_table_and_learned_state(tmp_path):
     edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0 if cid == DEFAULT else 0.8, seed=3)
     with TestClient(create_app(cfg(tmp_path))) as c:
         closed_loop(c, edge, 3, 1500, T0)
         before = c.get("/v1/table")
         mgr = c.app.state.manager
-        stats = {k: v.counts.tolist() for k, v in mgr.policy._stats.items()}
+        stats = learned(mgr.policy)
+        assert mgr.policy.name == "configanator" and sum(map(sum, stats.values())) > 0  # the manager's default
         guard, archive_n, fed = copy.deepcopy(mgr.guard), len(mgr.archive), mgr.fed_seq
     with TestClient(create_app(cfg(tmp_path))) as c:
         mgr = c.app.state.manager
         after = c.get("/v1/table")
         assert after.headers["etag"] == before.headers["etag"] and after.json() == before.json()
-        assert {k: v.counts.tolist() for k, v in mgr.policy._stats.items()} == stats
+        assert learned(mgr.policy) == stats
         assert mgr.guard == guard and len(mgr.archive) == archive_n and mgr.fed_seq == fed
         assert mgr.run_cycle(now=T0 + 1000).rows == 0  # nothing fed twice
     with pytest.raises(ParameterError, match="fresh --data"):

@@ -13,7 +13,7 @@ from tailor.manager.config import ManagerConfig
 def add_arguments(p) -> None:
     p.add_argument("--listen", default="127.0.0.1:8470", help="HOST:PORT (default 127.0.0.1:8470)")
     p.add_argument("--data", required=True, help="data directory (DuckDB store and learned state)")
-    p.add_argument("--policy", default="mab-nc", help="registered policy name (default mab-nc)")
+    p.add_argument("--policy", default="configanator", help="registered policy name (default configanator)")
     p.add_argument("--space", default="core", help="named configuration space (default core)")
     p.add_argument("--allowed", default="", help="AllowedConfig, e.g. NoBBR,NoHighICW,tcp.initial_cwnd<=32")
     p.add_argument("--update-freq", type=float, default=10.0, help="seconds between update cycles (default 10)")

@@ -229,7 +229,9 @@ class _Configanator(Policy):
         default = outcome.completion_ms if decision.config == self.space.default_index else None
         self._nc.add(*path, c.device, c.region, ctx.website, default)
         self._prefix_region[c.prefix] = c.region
-        key = decision.group if decision.group != "unknown" else self._key(path, ctx)
+        # the decision's group is a pair only when this policy chose it; a manager also feeds records whose
+        # group is a table's "default" (or an operator's), which are classified here like unknown ones
+        key = decision.group if decision.group in self._pairs else self._key(path, ctx)
         row = self._dt_row(path, c.device, c.region, ctx.website)
         self._pair(key, row).observe(decision.config, outcome.completion_ms)
         sq = self._log_sq.setdefault(key, np.zeros(self._n))

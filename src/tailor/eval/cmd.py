@@ -12,9 +12,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from scipy import stats
 
+from tailor.errors import check
 from tailor.eval.report import COLUMNS, render
 from tailor.eval.run import DEFAULT_POLICIES, evaluate, write_results
 from tailor.oracle.select import select_oracle
+from tailor.policies import POLICIES
+from tailor.policies.base import parse_policy_params
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig
 
@@ -63,10 +66,6 @@ def _evaluate_seed(args, seed, oracle, policies, progress, err):
 def policy_overrides(args, policies: list[str]) -> dict:
     """``--perf-memory`` and ``--policy-param`` as constructor overrides; each parameter must belong to at
     least one listed policy (policies without it ignore it; values are checked by the policy itself)."""
-    from tailor.errors import check
-    from tailor.manager.server import parse_policy_params
-    from tailor.policies import POLICIES
-
     overrides = dict(parse_policy_params(getattr(args, "policy_param", None) or [], "tailor evaluate"))
     for key in overrides:
         owners = [p for p in policies if key in getattr(POLICIES.get(p), "parameters", {})]

@@ -8,6 +8,7 @@ import os
 from tailor.errors import check
 from tailor.manager import logs
 from tailor.manager.config import ManagerConfig
+from tailor.policies.base import parse_policy_params  # noqa: F401 (the manager's --policy-param)
 
 
 def add_arguments(p) -> None:
@@ -32,23 +33,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def parse_policy_params(items: list[str], program: str = "tailor manager") -> tuple[tuple[str, object], ...]:
-    """``["epsilon=0.3", "classes=4"]`` -> ``(("epsilon", 0.3), ("classes", 4))`` (int, float, bool or text)."""
-    out = []
-    for item in items:
-        key, eq, text = item.partition("=")
-        check(bool(eq) and key.strip().isidentifier(), program, "policy-param", "KEY=VALUE", item)
-        value: object = text.strip()
-        for cast in (int, float):
-            try:
-                value = cast(text)
-                break
-            except ValueError:
-                pass
-        else:
-            value = {"true": True, "false": False}.get(text.strip().lower(), value)
-        out.append((key.strip(), value))
-    return tuple(out)
 
 
 def config_from_args(args, environ=os.environ) -> ManagerConfig:
@@ -56,7 +40,7 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          update_freq_s=args.update_freq, holdback=args.holdback, retention_days=args.retention_days,
                          explore_budget=args.explore_budget, seed=args.seed, token=environ.get("TAILOR_TOKEN") or None,
                          insecure_dev=args.insecure_dev,
-                         policy_params=parse_policy_params(getattr(args, "policy_param", []) or []))
+                         policy_params=parse_policy_params(getattr(args, "policy_param", []) or [], "tailor manager"))
 
 
 def run(args) -> int:

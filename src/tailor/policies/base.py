@@ -170,3 +170,23 @@ def make_policy(name: str, **params: Any) -> Policy:
     if name not in POLICIES:
         raise ParameterError(f"The 'policies' parameter must name registered policies {sorted(POLICIES)}. Got {name!r}.")
     return POLICIES[name](**params)
+
+
+def parse_policy_params(items: list[str], program: str = "tailor") -> tuple[tuple[str, object], ...]:
+    """``--policy-param`` items of ``program`` (tailor manager, tailor evaluate): ``["epsilon=0.3", "classes=4"]``
+    -> ``(("epsilon", 0.3), ("classes", 4))`` (int, float, bool or text)."""
+    out = []
+    for item in items:
+        key, eq, text = item.partition("=")
+        check(bool(eq) and key.strip().isidentifier(), program, "policy-param", "KEY=VALUE", item)
+        value: object = text.strip()
+        for cast in (int, float):
+            try:
+                value = cast(text)
+                break
+            except ValueError:
+                pass
+        else:
+            value = {"true": True, "false": False}.get(text.strip().lower(), value)
+        out.append((key.strip(), value))
+    return tuple(out)

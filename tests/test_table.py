@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from tailor.errors import TableError
-from tailor.table import TableResolver, validate_table
-from tailor.telemetry import TelemetryError, validate_batch
+from tailor.table import TableResolver, parse_table, validate_table
+from tailor.telemetry import TelemetryError, parse_batch, validate_batch
 
 VECTORS = Path(__file__).resolve().parents[1] / "spec" / "vectors"
 RESOLVE = json.loads((VECTORS / "decision-table" / "resolve.json").read_text())
@@ -30,7 +30,7 @@ def test_resolution_vectors(case):
 def test_invalid_tables_rejected_with_field(name):
     case = INVALID[name]
     with pytest.raises(TableError) as err:
-        validate_table(case["table"])
+        parse_table(case["raw"]) if "raw" in case else validate_table(case["table"])
     msg = str(err.value)
     assert f"field {case['field']}" in msg and case["contains"] in msg, msg
 
@@ -43,5 +43,5 @@ def test_telemetry_valid_vector():
 def test_invalid_telemetry_rejected_with_field(name):
     case = TEL_INVALID[name]
     with pytest.raises(TelemetryError) as err:
-        validate_batch(case["batch"])
+        parse_batch(case["raw"]) if "raw" in case else validate_batch(case["batch"])
     assert f"field {case['field']}" in str(err.value) and case["contains"] in str(err.value), str(err.value)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import jsonschema
-
 from tailor.errors import TailorError
-from tailor.table import load_schema
+from tailor.table import loads_strict, schema_validator
 
 
 class TelemetryError(TailorError):
@@ -16,7 +14,7 @@ class TelemetryError(TailorError):
 
 def validate_batch(doc: Any) -> dict:
     """Return ``doc`` if valid, else raise TelemetryError naming the first bad field and the reason."""
-    validator = jsonschema.Draft202012Validator(load_schema("telemetry.schema.json"))
+    validator = schema_validator("telemetry.schema.json")
     errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
@@ -25,3 +23,12 @@ def validate_batch(doc: Any) -> dict:
             path += f"[{p}]" if isinstance(p, int) else (f".{p}" if path else str(p))
         raise TelemetryError(f"telemetry field {path or '(root)'}: {e.message}")
     return doc
+
+
+def parse_batch(data: str | bytes) -> dict:
+    """Parse and validate a batch's JSON text (NaN and Infinity refused as not JSON)."""
+    try:
+        doc = loads_strict(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise TelemetryError(f"telemetry field (root): not JSON: {err}") from None
+    return validate_batch(doc)

@@ -17,10 +17,9 @@ reject only that record.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable
 
-from tailor.table import load_schema
+from tailor.table import ecma_pattern, load_schema
 from tailor.telemetry import TelemetryError
 
 Check = Callable[[Any], "str | None"]
@@ -61,12 +60,12 @@ def _keyword_check(key: str, value: Any) -> Check | None:
     if key == "const":
         return lambda v: None if v == value and type(v) is type(value) else f"{value!r} was expected"
     if key == "pattern":
-        rx = re.compile(value)
-        return lambda v: None if rx.search(v) else f"{v!r} does not match {value!r}"
+        rx = ecma_pattern(value)  # '$' = end of input, as in JSON Schema and Go (not before a final newline)
+        return lambda v: None if rx.search(v) else f"{_short(v)} does not match {value!r}"
     if key == "minLength":
         return lambda v: None if len(v) >= value else f"{v!r} should be non-empty" if value == 1 else f"{v!r} is too short"
     if key == "maxLength":
-        return lambda v: None if len(v) <= value else f"{v!r} is too long"
+        return lambda v: None if len(v) <= value else f"{_short(v)} is too long"
     return None
 
 

@@ -73,7 +73,13 @@ def client_id(prefix: str, addr: str | None) -> str:
 
 
 def normalize_prefix(text: str) -> str | None:
-    """Canonical CIDR (host bits cleared) or None when ``text`` is not an address or prefix."""
+    """Canonical CIDR (host bits cleared) or None when ``text`` is not an address or prefix.
+
+    Zoned IPv6 addresses (``fe80::1%eth0``) are refused: a zone means nothing beyond one host's link,
+    and a prefix spelled with one is not a valid decision-table prefix.
+    """
+    if "%" in text:
+        return None
     try:
         return str(ipaddress.ip_network(text, strict=False))
     except ValueError:

@@ -16,13 +16,13 @@ Batch semantics of ``POST /v1/telemetry`` (also in docs/manager.md):
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
 from tailor.manager.fastcheck import check_batch
 from tailor.manager.feed import normalize_prefix
+from tailor.table import loads_strict
 
 MAX_REASONS = 10  # rejection reasons returned per reply
 
@@ -87,9 +87,9 @@ def canonical_prefix(text: str) -> str | None:
 def parse_and_check(body: bytes) -> tuple[str | None, dict | None, list[dict], list[tuple[int, str]]]:
     """(batch error, batch, good records, [(index, reason)]); records get canonical prefixes."""
     try:
-        doc = json.loads(body)
+        doc = loads_strict(body)
     except (ValueError, UnicodeDecodeError) as err:
-        return f"body is not JSON: {err}", None, [], []
+        return f"telemetry field (root): body is not JSON: {err}", None, [], []
     error, good, bad = check_batch(doc)
     if error:
         return error, doc if isinstance(doc, dict) else None, [], []

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import jsonschema.validators
 
 from tailor.errors import ParameterError, TableError
 from tailor.space import Configuration
@@ -24,9 +26,70 @@ SCHEMA_ID = "tailor.decision-table/v1"
 PROB_TOLERANCE = 1e-6
 
 
+MAX_RULE_PREFIX_LEN, MAX_SNI_LEN, MAX_DEVICE_LEN, MAX_GROUP_LEN = 43, 253, 64, 200
+
+
 @lru_cache(maxsize=4)
 def load_schema(name: str) -> dict:
     return json.loads((SPEC_DIR / name).read_text())
+
+
+def _no_constant(token: str):
+    raise ValueError(f"{token} is not allowed (numbers must be finite)")
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """``json.loads`` that refuses NaN, Infinity and -Infinity (Python accepts them; JSON and Go do not)."""
+    return json.loads(data, parse_constant=_no_constant)
+
+
+def ecma_pattern(pattern: str) -> re.Pattern:
+    """A JSON Schema (ECMA-262) pattern as a Python regex: ``$`` is the end of input, as in ECMA and Go.
+
+    Python's ``$`` also matches before a final newline, so ``'c-0123456789\\n'`` would pass
+    ``^c-[0-9a-f]{10}$``; an unescaped ``$`` outside a character class becomes ``\\Z``.
+    """
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if ch == "[":
+            in_class = True
+        elif ch == "]":
+            in_class = False
+        out.append("\\Z" if ch == "$" and not in_class else ch)
+        i += 1
+    return re.compile("".join(out))
+
+
+def _ecma_pattern_keyword(validator, patrn, instance, schema):
+    if validator.is_type(instance, "string") and not _ecma_pattern(patrn).search(instance):
+        yield jsonschema.ValidationError(f"{_short(instance)} does not match {patrn!r}")
+
+
+def _max_length_keyword(validator, max_length, instance, schema):
+    if validator.is_type(instance, "string") and len(instance) > max_length:
+        yield jsonschema.ValidationError(f"{_short(instance)} is too long")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_ecma_pattern = lru_cache(maxsize=256)(ecma_pattern)
+Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _ecma_pattern_keyword,
+                                                                         "maxLength": _max_length_keyword})
+"""Draft 2020-12 with ECMA ``$`` semantics for ``pattern`` and messages that quote at most 80 characters of
+a value (a 60 KB SNI is named, not echoed): what every Tailor schema check uses."""
+
+
+@lru_cache(maxsize=4)
+def schema_validator(name: str):
+    return Validator(load_schema(name))
 
 
 def validate_table(doc: Any, schema: bool = True) -> dict:
@@ -39,7 +102,7 @@ def validate_table(doc: Any, schema: bool = True) -> dict:
     """
     if schema:
         fast = isinstance(doc, dict) and isinstance(doc.get("rules"), list)
-        validator = jsonschema.Draft202012Validator(load_schema("decision-table.schema.json"))
+        validator = schema_validator("decision-table.schema.json")
         errors = sorted(validator.iter_errors(dict(doc, rules=[]) if fast else doc), key=lambda e: list(e.absolute_path))
         if errors:
             e = errors[0]
@@ -61,16 +124,37 @@ def _path(parts) -> str:
 _RULE_KEYS = frozenset({"prefix", "group", "sni", "device"})
 
 
+@lru_cache(maxsize=1)
+def _rule_bounds() -> tuple[int, dict[str, tuple[int, int, re.Pattern | None, str | None]]]:
+    """(maxItems, {key: (minLength, maxLength, compiled pattern, pattern text)}) of the schema's rules."""
+    rules = load_schema("decision-table.schema.json")["properties"]["rules"]
+    props = rules["items"]["properties"]
+    return rules["maxItems"], {k: (v.get("minLength", 0), v.get("maxLength", 1 << 30),
+                                   _ecma_pattern(v["pattern"]) if "pattern" in v else None, v.get("pattern"))
+                               for k, v in props.items()}
+
+
 def _check_rule_shapes(rules: list) -> None:
+    max_items, bounds = _rule_bounds()
+    if len(rules) > max_items:
+        raise TableError(f"decision table field rules: {len(rules)} rules is too long (at most {max_items})")
     for i, r in enumerate(rules):
         if not isinstance(r, dict) or "prefix" not in r or "group" not in r:
             raise TableError(f"decision table field rules[{i}]: a rule is an object with 'prefix' and 'group'")
         extra = set(r) - _RULE_KEYS
         if extra:
             raise TableError(f"decision table field rules[{i}]: Additional properties are not allowed ({sorted(extra)})")
-        for key, value in r.items():
+        for key in sorted(r):
+            value = r[key]
             if not isinstance(value, str):
-                raise TableError(f"decision table field rules[{i}].{key}: {value!r} is not of type 'string'")
+                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} is not of type 'string'")
+            lo, hi, rx, text = bounds[key]
+            if len(value) > hi:
+                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} is too long")
+            if len(value) < lo:
+                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} should be non-empty")
+            if rx is not None and not rx.search(value):
+                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} does not match {text!r}")
 
 
 def _check_configs(doc: dict) -> None:
@@ -102,8 +186,16 @@ def _check_groups(doc: dict) -> set[str]:
 
 @lru_cache(maxsize=1 << 16)
 def _network(prefix: str):
-    """Parsed CIDR (strict), cached: a table repeats each prefix for every SNI and device."""
-    return ipaddress.ip_network(prefix, strict=True)
+    """Parsed CIDR (strict, canonical spelling), cached: a table repeats each prefix for every SNI and device.
+
+    Canonical = what ``str()`` of the parsed network prints (and Go's ``netip.Prefix.String``): Python
+    also accepts netmask notation (``10.0.0.0/255.0.0.0``), leading zeros (``/08``) and zones
+    (``fe80::%eth0/64``), which the Go edge refuses; a table with them would be published and never applied.
+    """
+    net = ipaddress.ip_network(prefix, strict=True)
+    if str(net) != prefix or "%" in prefix:
+        raise ValueError(f"{prefix!r} is not a canonical prefix (write '{str(net.network_address).split('%')[0]}/{net.prefixlen}')")
+    return net
 
 
 def _check_rules(doc: dict, groups: set[str]) -> None:
@@ -188,9 +280,18 @@ def _normalized(space, probs: dict[int, float]) -> list[dict]:
     return [{"config": space.configs[i].id, "p": p / total} for i, p in sorted(probs.items()) if p > 0]
 
 
+def parse_table(data: str | bytes) -> dict:
+    """Parse and validate a table's JSON text (NaN and Infinity refused as not JSON)."""
+    try:
+        doc = loads_strict(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise TableError(f"decision table field (root): not JSON: {err}") from None
+    return validate_table(doc)
+
+
 def load_table(path: str | Path) -> dict:
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        data = Path(path).read_bytes()
+    except OSError as err:
         raise TableError(f"decision table {path}: {err}") from None
-    return validate_table(doc)
+    return parse_table(data)

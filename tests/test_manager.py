@@ -148,6 +148,9 @@ def test_request_size_bounded_and_queue_overflow_counted(tmp_path):
         assert len(big) > 4096 and c.post("/v1/telemetry", content=big, headers=AUTH).status_code == 413
         assert c.post("/v1/telemetry", content=batch([record(i) for i in range(10)]), headers=AUTH).status_code == 202
         assert c.post("/v1/telemetry", content=batch([record(i) for i in range(10)]), headers=AUTH).status_code == 202
+        # a reply waits until its batch is durable, so the queue holds only batches in flight: it drained
+        assert c.post("/v1/telemetry", content=batch([record(i) for i in range(12)]), headers=AUTH).status_code == 202
+        app.state.manager.queue.offer("edge-x", T0, [record(i) for i in range(20)])  # a batch in flight
         r = c.post("/v1/telemetry", content=batch([record(i) for i in range(11)]), headers=AUTH)
         assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.json()["dropped"] == 11
         assert "tailor_ingest_dropped_records_total 11.0" in c.get("/metrics").text

@@ -29,7 +29,7 @@ from tailor.errors import TableError
 from tailor.manager.config import ManagerConfig
 from tailor.manager.dashboard import render_dashboard
 from tailor.manager.logs import log
-from tailor.manager.service import Manager
+from tailor.manager.service import CycleError, Manager
 
 WRITER_PERIOD_S = 0.1
 
@@ -121,7 +121,7 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
 
     @app.get("/healthz")
     def healthz():
-        return {"status": "ok", "version": mgr.current.version, "queue_records": len(mgr.queue)}
+        return mgr.health_report()
 
     @app.post("/v1/telemetry")
     async def telemetry(request: Request):
@@ -165,7 +165,10 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
     @app.post("/v1/cycle")
     async def cycle(request: Request):
         _authorize(request, cfg)
-        summary = await run_in_threadpool(mgr.run_cycle)
+        try:
+            summary = await run_in_threadpool(mgr.run_cycle)
+        except CycleError as err:
+            return JSONResponse({"error": str(err)}, status_code=500)
         return {k: (None if isinstance(v, float) and v != v else v) for k, v in summary.__dict__.items()}
 
     @app.get("/v1/audit")

@@ -28,6 +28,7 @@ class ManagerConfig:
     max_body_bytes: int = 16 * MiB
     queue_records: int = 500_000  # bounded in-memory ingest queue (records); overflow is dropped and counted
     max_wait_s: float = 60.0  # cap of the long-poll ?wait=
+    ack_timeout_s: float = 10.0  # a telemetry reply waits this long for its batch to be durable, else 503
     valid_for_s: float = 3600.0
     policy_params: tuple[tuple[str, Any], ...] = ()  # extra policy parameters, e.g. (("epsilon", 0.3),)
 
@@ -41,3 +42,4 @@ class ManagerConfig:
         check(self.max_body_bytes >= 1024, own, "max_body_bytes", ">= 1024", self.max_body_bytes)
         check(self.queue_records >= 1, own, "queue_records", ">= 1", self.queue_records)
         check(self.max_wait_s >= 0, own, "max_wait_s", ">= 0", self.max_wait_s)
+        check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)

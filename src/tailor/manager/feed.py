@@ -23,6 +23,11 @@ only derived columns):
   path). Without this, a keyed learner fed only table groups never sees its own class keys and
   never publishes a rule (the simulator's ``--mode table`` has exactly that problem).
 
+Poison guard: every derived value is made finite and clipped to a physical range before it reaches the
+archive, the guardrails or a policy (:data:`BOUNDS`); a completion time that is not positive and finite is
+no outcome. The schema already bounds the raw fields, but ratios of them (bytes over a tiny duration) can
+still overflow.
+
 Guardrail statistics use the *table's* group (what the edge applied): the record's ``group``, or for
 holdback records without one the group the current table puts their client in, else "default".
 """
@@ -30,6 +35,7 @@ holdback records without one the group the current table puts their client in, e
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass, field
 
 from tailor.context import Context, Decision, Outcome
@@ -50,6 +56,19 @@ SELECT seq, time, client_prefix, client_addr, "group", config_id, coalesce(proba
        coalesce(object_bytes, bytes_acked, bytes_sent, 0)
 FROM telemetry WHERE seq > ? AND seq <= ? ORDER BY time, seq
 """
+
+
+# (lo, hi) physical bounds of what reaches a learner; values outside are clipped (non-finite -> unknown)
+BOUNDS = {"done_ms": (0.01, 8.64e7), "rtt_ms": (0.0, 600_000.0), "goodput_mbps": (0.0, 1e6), "loss": (0.0, 1.0),
+          "bytes": (0, 1 << 50)}
+
+
+def bounded(x, name: str):
+    """``x`` clipped to ``BOUNDS[name]``; None when unknown or NaN (inf is clipped to the bound)."""
+    if x is None or x != x:
+        return None
+    lo, hi = BOUNDS[name]
+    return lo if x < lo else hi if x > hi else x
 
 
 @dataclass
@@ -115,6 +134,9 @@ class Feeder:
         seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes = row
         report.rows += 1
         report.last_seq = max(report.last_seq, seq)
+        done_ms = done_ms if done_ms is not None and 0 < done_ms < math.inf else None
+        done_ms, rtt, goodput = bounded(done_ms, "done_ms"), bounded(rtt, "rtt_ms"), bounded(goodput, "goodput_mbps")
+        loss, nbytes = bounded(loss, "loss"), bounded(nbytes, "bytes") or 0
         history = self.archive.get(prefix, t)
         if loss is None:
             loss = history.loss if history is not None else 0.0

@@ -12,6 +12,10 @@ Batch semantics of ``POST /v1/telemetry`` (also in docs/manager.md):
 * Queue admission is all-or-nothing per batch: if the valid records do not fit in the bounded queue,
   none is queued, they are counted as dropped, and the reply is 503 with ``Retry-After`` so the
   sender can resend the same batch without creating duplicates.
+* Nothing is acknowledged before it is durable: a queued batch carries a :class:`Ticket`, and the
+  reply waits until the store has committed it (group commit: whichever request takes the write lock
+  writes every batch queued so far in one transaction, see ``Manager.ingest``). A failed write answers
+  503 with ``Retry-After`` and the store's error, and is counted; the sender resends.
 """
 
 from __future__ import annotations
@@ -27,6 +31,20 @@ from tailor.table import loads_strict
 MAX_REASONS = 10  # rejection reasons returned per reply
 
 
+class Ticket:
+    """The fate of one queued batch: set once, by the writer, to written (``ok``) or failed (``error``)."""
+
+    __slots__ = ("done", "ok", "error")
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.ok, self.error = False, None
+
+    def settle(self, ok: bool, error: str | None = None) -> None:
+        self.ok, self.error = ok, error
+        self.done.set()
+
+
 @dataclass
 class IngestResult:
     status: int
@@ -34,6 +52,7 @@ class IngestResult:
     rejected: int = 0
     dropped: int = 0
     reasons: list[str] = field(default_factory=list)
+    ticket: Ticket | None = None  # set for a queued batch: the reply waits for it
 
     def body(self) -> dict:
         out = {"accepted": self.accepted, "rejected": self.rejected, "dropped": self.dropped}
@@ -43,7 +62,7 @@ class IngestResult:
 
 
 class IngestQueue:
-    """Bounded queue of (source, received time, records); capacity counted in records."""
+    """Bounded queue of (source, received time, records, ticket); capacity counted in records."""
 
     def __init__(self, capacity: int):
         self.capacity = capacity
@@ -52,16 +71,18 @@ class IngestQueue:
         self._lock = threading.Lock()
         self.ready = threading.Event()
 
-    def offer(self, source: str, received: float, records: list[dict]) -> bool:
+    def offer(self, source: str, received: float, records: list[dict]) -> Ticket | None:
+        """Queue a batch; None (nothing queued) when it does not fit."""
+        ticket = Ticket()
         with self._lock:
             if self._size + len(records) > self.capacity:
-                return False
-            self._items.append((source, received, records))
+                return None
+            self._items.append((source, received, records, ticket))
             self._size += len(records)
         self.ready.set()
-        return True
+        return ticket
 
-    def drain(self) -> list[tuple[str, float, list[dict]]]:
+    def drain(self) -> list[tuple[str, float, list[dict], Ticket]]:
         with self._lock:
             items, self._items, self._size = list(self._items), deque(), 0
             self.ready.clear()
@@ -120,11 +141,10 @@ def ingest(body: bytes, queue: IngestQueue, metrics, received: float) -> IngestR
     if bad and not good:
         metrics.batches.labels("rejected").inc()
         return IngestResult(400, rejected=len(bad), reasons=reasons)
-    if good and not queue.offer(doc["source"], received, good):
+    ticket = queue.offer(doc["source"], received, good) if good else None
+    if good and ticket is None:
         metrics.dropped.inc(len(good))
         metrics.batches.labels("dropped").inc()
         return IngestResult(503, rejected=len(bad), dropped=len(good), reasons=reasons)
-    metrics.records.inc(len(good))
     metrics.queue.set(len(queue))
-    metrics.batches.labels("partial" if bad else "accepted").inc()
-    return IngestResult(202, accepted=len(good), rejected=len(bad), reasons=reasons)
+    return IngestResult(202, accepted=len(good), rejected=len(bad), reasons=reasons, ticket=ticket)

@@ -9,10 +9,16 @@ class Metrics:
     def __init__(self):
         r = self.registry = CollectorRegistry()
         self.batches = Counter("tailor_ingest_batches", "telemetry batches by result", ["result"], registry=r)
-        self.records = Counter("tailor_ingest_records", "telemetry records accepted (validated, queued)", registry=r)
+        self.records = Counter("tailor_ingest_records", "telemetry records acknowledged (validated and durable in the store)", registry=r)
         self.rejected = Counter("tailor_ingest_rejected_records", "telemetry records rejected by validation", registry=r)
         self.dropped = Counter("tailor_ingest_dropped_records", "valid records dropped: ingest queue full", registry=r)
         self.edge_dropped = Counter("tailor_edge_dropped_records", "records edges report they dropped", registry=r)
+        self.write_failed = Counter("tailor_store_write_failed_records",
+                                    "valid records whose store write failed (answered 503, not acknowledged)", registry=r)
+        self.cycle_failures = Counter("tailor_update_cycle_failures", "update cycles that failed (last good table kept)",
+                                      registry=r)
+        self.quarantined = Counter("tailor_quarantined_records",
+                                   "stored records skipped by learning after repeated failed cycles over them", registry=r)
         self.stored = Counter("tailor_store_records", "telemetry records written to the store", registry=r)
         self.queue = Gauge("tailor_ingest_queue_records", "records waiting in the ingest queue", registry=r)
         self.rate = Gauge("tailor_ingest_records_per_second", "records stored per second over the last cycle", registry=r)

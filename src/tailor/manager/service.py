@@ -10,10 +10,12 @@ retention -> snapshot of the learned state (atomic). The API calls :meth:`Manage
 
 from __future__ import annotations
 
+import logging
 import math
+import pickle
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tailor.errors import ParameterError
 from tailor.grouping import PrefixArchive
@@ -24,12 +26,41 @@ from tailor.manager.guardrails import GuardConfig, GuardState, apply_guardrails,
 from tailor.manager.ingest import IngestQueue, IngestResult, ingest
 from tailor.manager.logs import log
 from tailor.manager.metrics import Metrics
-from tailor.manager.store import Store
+from tailor.manager.store import Store, StoreError
 from tailor.policies import PolicyEnv, make_policy
 from tailor.sim.simulator import ARCHIVE_ALPHA
 from tailor.space import AllowedConfig, ConfigSpace
 
 STATE_FORMAT = 1
+QUARANTINE_AFTER = 3  # consecutive failed cycles over the same telemetry before that span is skipped
+
+
+class CycleError(RuntimeError):
+    """An update cycle failed; the message names the cause (the published table is unchanged)."""
+
+
+@dataclass
+class Health:
+    """What /healthz reports beyond liveness: failed cycles, quarantined records (store errors live in Store)."""
+
+    cycle_error: str | None = None
+    consecutive_failures: int = 0
+    failed_span: tuple[int, int] | None = None
+    quarantined: int = 0
+    cycles_failed: int = 0
+    last_ok: float | None = None
+    problems_extra: list[str] = field(default_factory=list)
+
+    def cycle_failed(self, error: str, span: tuple[int, int]) -> int:
+        self.cycles_failed += 1
+        self.consecutive_failures = self.consecutive_failures + 1 if span == self.failed_span or \
+            self.failed_span is None else 1
+        self.cycle_error, self.failed_span = error, span
+        return self.consecutive_failures
+
+    def cycle_ok(self) -> None:
+        self.cycle_error, self.consecutive_failures, self.failed_span = None, 0, None
+        self.last_ok = time.time()
 
 
 @dataclass
@@ -57,10 +88,13 @@ class Manager:
                                      cfg.rollback_alpha, min_improvement=cfg.min_improvement)
         self.knobs = {c.id: dict(c.changes()) for c in self.space.configs}
         self._cycle_lock, self._write_lock = threading.Lock(), threading.Lock()
+        self.health = Health()
         self.notifier = pub.Notifier()
         self._restore()
         self.feeder = Feeder(self.policy, self.archive, self.guard)
         self.current = self._load_or_create_table()
+        if not hasattr(self, "_good_state"):
+            self._good_state = self._state_bytes()
         self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
 
     # -- state
@@ -88,10 +122,23 @@ class Manager:
         self.written_seq = max(self.store.max_seq(), self.fed_seq)
         log("manager.state", restored=state is not None, fed_seq=self.fed_seq, policy=self.cfg.policy)
 
+    def _state_bytes(self) -> bytes:
+        return pickle.dumps({"format": STATE_FORMAT, "signature": self._signature(), "policy": self.policy,
+                             "archive": self.archive, "guard": self.guard, "fed_seq": self.fed_seq,
+                             "override_until": self.override_until}, protocol=pickle.HIGHEST_PROTOCOL)
+
     def snapshot(self) -> None:
-        self.store.save_state({"format": STATE_FORMAT, "signature": self._signature(), "policy": self.policy,
-                               "archive": self.archive, "guard": self.guard, "fed_seq": self.fed_seq,
-                               "override_until": self.override_until})
+        data = self._state_bytes()
+        self._good_state = data  # what a failed cycle rolls back to, even when the disk write below fails
+        self.store.save_state_bytes(data)
+
+    def _rollback_state(self) -> None:
+        """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy)."""
+        state = pickle.loads(self._good_state)
+        self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
+        self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
+        self.feeder = Feeder(self.policy, self.archive, self.guard)
+        self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
 
     def _load_or_create_table(self) -> pub.Published:
         latest = self.store.latest_table()
@@ -108,19 +155,68 @@ class Manager:
 
     # -- ingestion
     def ingest(self, body: bytes) -> IngestResult:
-        return ingest(body, self.queue, self.metrics, self.clock())
+        """Validate and queue a batch, then return only once it is durable (202) or its write failed (503)."""
+        result = ingest(body, self.queue, self.metrics, self.clock())
+        ticket = result.ticket
+        if ticket is None:
+            return result
+        deadline = time.monotonic() + self.cfg.ack_timeout_s
+        while not ticket.done.is_set():  # group commit: the first waiter to get the lock writes for all
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._write_lock.acquire(timeout=left):
+                break
+            try:
+                if not ticket.done.is_set():
+                    self._flush_locked()
+            finally:
+                self._write_lock.release()
+        m = self.metrics
+        if ticket.ok:
+            m.records.inc(result.accepted)
+            m.batches.labels("partial" if result.rejected else "accepted").inc()
+            return result
+        m.batches.labels("write_failed").inc()
+        error = ticket.error or f"not written within {self.cfg.ack_timeout_s:g} s (still queued; resending may duplicate)"
+        result.status, result.dropped, result.accepted = 503, result.accepted, 0
+        result.reasons = [f"store: {error}"] + result.reasons
+        return result
 
     def flush(self) -> int:
         """Write queued telemetry to the store; returns the number of records written."""
         with self._write_lock:
-            items = self.queue.drain()
-            if not items:
-                return 0
-            last = self.store.insert_telemetry(items, self.written_seq)
-            n, self.written_seq = last - self.written_seq, last
-        self.metrics.stored.inc(n)
+            return self._flush_locked()
+
+    def _flush_locked(self) -> int:
+        items = self.queue.drain()
+        if not items:
+            return 0
+        n = 0
+        try:  # one transaction for everything queued (group commit)
+            n = self._insert(items)
+        except Exception as err:  # StoreError, or anything unforeseen: no waiter may be left unsettled
+            if len(items) == 1:
+                self._failed(items, str(err))
+            else:  # isolate the batch the store refuses; the others are written
+                for item in items:
+                    try:
+                        n += self._insert([item])
+                    except Exception as one:
+                        self._failed([item], str(one))
         self.metrics.queue.set(len(self.queue))
         return n
+
+    def _insert(self, items) -> int:
+        last = self.store.insert_telemetry([(s, t, r) for s, t, r, _ in items], self.written_seq)
+        n, self.written_seq = last - self.written_seq, last
+        for *_, ticket in items:
+            ticket.settle(True)
+        self.metrics.stored.inc(n)
+        return n
+
+    def _failed(self, items, error: str) -> None:
+        for _, _, records, ticket in items:
+            self.metrics.write_failed.inc(len(records))
+            ticket.settle(False, error)
 
     # -- publication
     def _publish(self, table: dict, origin: str, actor: str, action: str, reason: str, now: float) -> pub.Published:
@@ -157,8 +253,36 @@ class Manager:
 
     # -- the update cycle
     def run_cycle(self, now: float | None = None) -> CycleSummary:
+        """One update cycle. A failure is isolated: the learned state rolls back to the last good snapshot,
+        the published table stays, /healthz and the metrics report it, and the next cycle tries again. When
+        the same span of telemetry fails ``QUARANTINE_AFTER`` cycles in a row it is skipped (counted), so one
+        poisoned record cannot stop learning for good."""
         with self._cycle_lock:
-            return self._cycle(self.clock() if now is None else now)
+            upto = self.written_seq
+            try:
+                summary = self._cycle(self.clock() if now is None else now)
+            except Exception as err:
+                self._cycle_failed(err, upto)
+                raise CycleError(f"update cycle failed: {type(err).__name__}: {err}") from err
+            self.health.cycle_ok()
+            return summary
+
+    def _cycle_failed(self, err: Exception, upto: int) -> None:
+        self.metrics.cycle_failures.inc()
+        span = (self.fed_seq, upto)
+        self._rollback_state()
+        n = self.health.cycle_failed(f"{type(err).__name__}: {str(err)[:300]}", span)
+        log("cycle.failed", logging.ERROR, error=str(err)[:300], consecutive=n, fed_seq=self.fed_seq, upto=upto)
+        if n >= QUARANTINE_AFTER and upto > self.fed_seq:
+            skipped = self.store.count_between(self.fed_seq, upto)
+            self.metrics.quarantined.inc(skipped)
+            log("cycle.quarantine", logging.ERROR, after_seq=self.fed_seq, upto_seq=upto, records=skipped)
+            self.fed_seq = upto
+            self.health.quarantined += skipped
+            try:
+                self.snapshot()
+            except Exception as snap_err:  # e.g. a full disk: the in-memory state moves on regardless
+                log("snapshot.failed", logging.ERROR, error=str(snap_err)[:300])
 
     def _cycle(self, now: float) -> CycleSummary:
         started = time.perf_counter()
@@ -222,6 +346,22 @@ class Manager:
         self.store.record_cycle((now, s.version, s.duration_s, s.rows, s.groups, _nan_none(s.improvement),
                                  _nan_none(s.window_improvement), report.treated.n, report.holdback.n),
                                 pub.group_rows(self.current.doc, self.guard, now))
+
+    def health_report(self) -> dict:
+        """/healthz: "ok", or "degraded" with the problems (a failed store write, a failed cycle)."""
+        problems = []
+        if self.store.last_error:
+            problems.append(f"store write failing: {self.store.last_error}")
+        h = self.health
+        if h.cycle_error:
+            problems.append(f"update cycle failing ({h.consecutive_failures} in a row): {h.cycle_error}")
+        problems += h.problems_extra
+        out = {"status": "degraded" if problems else "ok", "version": self.current.version,
+               "queue_records": len(self.queue), "store_write_failures": self.store.write_failures,
+               "cycles_failed": h.cycles_failed, "quarantined_records": h.quarantined}
+        if problems:
+            out["problems"] = problems
+        return out
 
     def close(self) -> None:
         with self._cycle_lock:

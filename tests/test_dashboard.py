@@ -17,7 +17,7 @@ from tailor.space import ConfigSpace
 
 CHROMIUM = Path("/usr/bin/chromium")
 TOKEN = "dash-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -36,7 +36,7 @@ def feed(url: str, cycles: int = 6, n: int = 2000) -> None:
     factors = {c.id: 1.0 if c.id == default else float(rng.uniform(0.7, 1.4)) for c in space.configs}
     prefixes = [f"10.{i}.{j}.0/24" for i in range(2) for j in range(10)]
     edge = SyntheticEdge(prefixes, factor=lambda p, cid: factors[cid], seed=2)
-    with httpx.Client(base_url=url, timeout=30) as c:
+    with httpx.Client(base_url=url, timeout=30, headers=AUTH) as c:
         for k in range(cycles):
             edge.apply(c.get("/v1/table").json())
             r = c.post("/v1/telemetry", content=json.dumps(edge.batch(n, 1_795_000_000.0 + 100 * k)), headers=AUTH)
@@ -62,9 +62,11 @@ def test_dashboard_shows_groups_and_numbers(tmp_path):
         mgr = app.state.manager
         groups = [g["id"] for g in mgr.current.doc["groups"]]
         shot = tmp_path / "dashboard.png"
-        r = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", url + "/")
+        assert httpx.get(url + "/").status_code == 401  # the dashboard lists client prefixes: operator only
+        page = url.replace("http://", f"http://operator:{TOKEN}@", 1) + "/"  # HTTP Basic, token as password
+        r = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", page)
         assert shot.exists(), r.stderr[-2000:]
-        dom = chromium(tmp_path, "--dump-dom", url + "/").stdout
+        dom = chromium(tmp_path, "--dump-dom", page).stdout
     assert png_is_not_blank(shot)
     assert len(groups) > 1
     for gid in groups[:10]:

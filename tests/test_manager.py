@@ -25,7 +25,7 @@ from tailor.space.knobs import SPEC_DIR
 from tailor.telemetry import TelemetryError, validate_batch
 
 TOKEN = "test-token-123"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 T0 = 1_795_000_000.0
 VALID = json.loads((SPEC_DIR / "vectors/telemetry/valid.json").read_text())["batch"]
 INVALID = json.loads((SPEC_DIR / "vectors/telemetry/invalid.json").read_text())["cases"]
@@ -122,7 +122,7 @@ def test_malformed_flood_rejected_good_records_stored(tmp_path):
     bad = [record(i, kind="flow") for i in range(500)] + [record(i, bytes_sent=-5) for i in range(500)]
     good = [record(i) for i in range(100)]
     mixed = bad[:500] + good + bad[500:] + [record(1, client_prefix="not-an-ip")]
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         r = c.post("/v1/telemetry", content=batch(mixed), headers=AUTH)
         assert r.status_code == 202
         body = r.json()
@@ -143,7 +143,7 @@ def test_malformed_flood_rejected_good_records_stored(tmp_path):
 
 def test_request_size_bounded_and_queue_overflow_counted(tmp_path):
     app = create_app(cfg(tmp_path, max_body_bytes=4096, queue_records=30))
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         big = batch([record(i) for i in range(40)])
         assert len(big) > 4096 and c.post("/v1/telemetry", content=big, headers=AUTH).status_code == 413
         assert c.post("/v1/telemetry", content=batch([record(i) for i in range(10)]), headers=AUTH).status_code == 202
@@ -163,7 +163,7 @@ def test_feed_mapping(tmp_path):
             "bytes_retrans": 2000, "duration_ms": 900.0}
     resp = {"time": T0 + 1, "kind": "response", "client_prefix": "10.7.7.0/24", "config_id": DEFAULT,
             "table_version": 1, "group": "g1", "ttfb_ms": 100.0, "ttlb_ms": 400.0, "object_bytes": 100000}
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         assert c.post("/v1/telemetry", content=batch([conn, resp]), headers=AUTH).status_code == 202
         mgr = app.state.manager
         mgr.run_cycle(now=T0 + 10)
@@ -185,7 +185,7 @@ def test_edge_connection_records_feed_the_archive_not_the_outcomes(tmp_path):
                  "tls_fingerprint": "t13d1516h2_8daaf6152771_02713d6af862"}
     resp = {"time": T0 + 1, "kind": "response", "client_prefix": "10.8.8.0/24", "config_id": DEFAULT,
             "table_version": 1, "group": "g1", "ttfb_ms": 50.0, "ttlb_ms": 200.0, "object_bytes": 50000, "alpn": "h2"}
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         assert c.post("/v1/telemetry", content=batch([edge_conn, resp]), headers=AUTH).status_code == 202
         mgr = app.state.manager
         mgr.run_cycle(now=T0 + 10)
@@ -197,7 +197,7 @@ def test_edge_connection_records_feed_the_archive_not_the_outcomes(tmp_path):
 # -- tables
 def test_etag_304_and_long_poll(tmp_path):
     app = create_app(cfg(tmp_path))
-    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=10) as c:
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=10, headers=AUTH) as c:
         r = c.get("/v1/table")
         etag, version = r.headers["etag"], r.json()["version"]
         assert c.get("/v1/table", headers={"If-None-Match": etag}).status_code == 304
@@ -217,7 +217,7 @@ def test_etag_304_and_long_poll(tmp_path):
 
 def test_operator_table_validation_and_audit(tmp_path):
     app = create_app(cfg(tmp_path, allowed="NoBBR"))
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         table = c.get("/v1/table").json()
         bad = copy.deepcopy(table)
         bad["groups"] = [{"id": "g", "choices": [{"config": DEFAULT, "p": 1.5}]}]
@@ -263,14 +263,14 @@ def learned(policy) -> dict:
 
 def test_restart_resumes_table_and_learned_state(tmp_path):
     edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0 if cid == DEFAULT else 0.8, seed=3)
-    with TestClient(create_app(cfg(tmp_path))) as c:
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
         closed_loop(c, edge, 3, 1500, T0)
         before = c.get("/v1/table")
         mgr = c.app.state.manager
         stats = learned(mgr.policy)
         assert mgr.policy.name == "configanator" and sum(map(sum, stats.values())) > 0  # the manager's default
         guard, archive_n, fed = copy.deepcopy(mgr.guard), len(mgr.archive), mgr.fed_seq
-    with TestClient(create_app(cfg(tmp_path))) as c:
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
         mgr = c.app.state.manager
         after = c.get("/v1/table")
         assert after.headers["etag"] == before.headers["etag"] and after.json() == before.json()
@@ -283,7 +283,7 @@ def test_restart_resumes_table_and_learned_state(tmp_path):
 
 def test_retention_deletes_old_telemetry(tmp_path):
     app = create_app(cfg(tmp_path, retention_days=1.0))
-    with TestClient(app) as c:
+    with TestClient(app, headers=AUTH) as c:
         recs = [record(i, time=T0 - 3 * 86400 + i) for i in range(20)] + [record(i, time=T0 + i) for i in range(30)]
         c.post("/v1/telemetry", content=batch(recs), headers=AUTH)
         summary = app.state.manager.run_cycle(now=T0 + 100)
@@ -361,7 +361,7 @@ def test_closed_loop_learns_and_improves_over_holdback(tmp_path):
     rng = np.random.default_rng(0)
     factors = {c.id: (1.0 if c.id == DEFAULT else float(rng.uniform(0.7, 1.4))) for c in SPACE.configs}
     edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: factors[cid], seed=5)
-    with TestClient(create_app(cfg(tmp_path))) as c:
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
         summaries = closed_loop(c, edge, 12, 3000, T0)
         mgr = c.app.state.manager
         assert len(mgr.current.doc["rules"]) > 0 and len(mgr.current.doc["groups"]) > 1
@@ -379,7 +379,7 @@ def test_compile_fast_matches_compile_table(tmp_path):
     from tailor.table import compile_table
 
     edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0, seed=4)
-    with TestClient(create_app(cfg(tmp_path))) as c:
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
         closed_loop(c, edge, 2, 1500, T0)
         policy = c.app.state.manager.policy
         fast, slow = compile_fast(policy, T0), compile_table(policy, T0, 1)
@@ -397,7 +397,7 @@ def test_tables_reach_edges_that_see_neither_device_nor_sni(tmp_path):
 
     rng = np.random.default_rng(2)
     prefixes = ["10.240.1.0/24", "10.240.2.0/24", "10.240.3.0/24"]
-    with TestClient(create_app(cfg(tmp_path, policy_params=(("epsilon", 0.3),)))) as c:
+    with TestClient(create_app(cfg(tmp_path, policy_params=(("epsilon", 0.3),))), headers=AUTH) as c:
         mgr = c.app.state.manager
         assert mgr.policy.epsilon == 0.3
         for cycle in range(4):

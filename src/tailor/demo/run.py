@@ -145,7 +145,8 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
 
     port = free_port()
     murl = f"http://127.0.0.1:{port}"
-    env = {"TAILOR_TOKEN": token, "PYTHONPATH": str(ROOT / "src")}
+    edge_token = secrets.token_urlsafe(24)  # the agent's credential: telemetry and table reads only
+    env = {"TAILOR_OPERATOR_TOKEN": token, "TAILOR_EDGE_TOKENS": edge_token, "PYTHONPATH": str(ROOT / "src")}
     world.spawn("manager", [sys.executable, "-m", "tailor", "manager", "--listen", f"127.0.0.1:{port}",
                             "--data", str(out / "manager"), "--policy", args.policy, "--space", SPACE,
                             "--allowed", ALLOWED, "--update-freq", "0", "--holdback", "0.2",
@@ -157,8 +158,9 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     # agent + edge (the edge starts inside the agent's cgroup, then enters the server namespace)
     agent = world.spawn("agent", [bins["tailor-agent"], "run", "--table", murl + "/v1/table",
                           "--telemetry-url", murl + "/v1/telemetry", "--poll", "1s", "--source", "demo-agent",
+                          "--table-pubkey", str(out / "manager" / "signing.pub"),
                           "--", "ip", "netns", "exec", srv, bins["tailor-edge"], "--listen", f"0.0.0.0:{PORT}",
-                          "--root", str(www), "--self-signed", "--apply-socket=false"], env)
+                          "--root", str(www), "--self-signed", "--apply-socket=false"], {**env, "TAILOR_TOKEN": edge_token})
     world.cgroups.append(Path(CGROUP_ROOT) / f"tailor-agent-{agent.popen.pid}")  # the agent's default cgroup
     for link in links:  # the edge answers through every link
         _wait_fetch(link, world)
@@ -176,7 +178,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     for link in links:
         wl.start(link["name"], link["ns"], link["url"], link["workers"], link["max_time_s"], OBJECT_BYTES, deadline)
     rounds = []
-    client = httpx.Client(timeout=120)
+    client = httpx.Client(timeout=120, headers=auth)
     try:
         while time.time() < deadline:
             time.sleep(max(0.0, min(round_s, deadline - time.time())))
@@ -193,7 +195,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     audit = client.get(murl + "/v1/audit?limit=200").json()
     metrics = client.get(murl + "/metrics").text
     table = client.get(murl + "/v1/table").json()
-    shot = _screenshot(murl, out, world.workdir)
+    shot = _screenshot(murl, token, out, world.workdir)
     client.close()
     for p in world.procs:  # agent (and its edge), then the manager: graceful, so telemetry and state are flushed
         if p.name == "agent":
@@ -326,7 +328,7 @@ def _knob_summary(knobs: dict, is_default: bool) -> str:
     return f"{cc} iw{iw}" + (f" {rest}" if rest else "")
 
 
-def _screenshot(murl: str, out: Path, work: Path) -> Path | None:
+def _screenshot(murl: str, token: str, out: Path, work: Path) -> Path | None:
     if not Path(CHROMIUM).exists():
         _log("no /usr/bin/chromium: dashboard screenshot skipped")
         return None
@@ -334,7 +336,7 @@ def _screenshot(murl: str, out: Path, work: Path) -> Path | None:
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-quic",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            f"--user-data-dir={work / 'chromium-profile'}", f"--screenshot={shot}", "--window-size=1400,2200",
-           murl + "/"]
+           murl.replace("http://", f"http://operator:{token}@", 1) + "/"]  # the dashboard needs the operator
     try:
         subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     except subprocess.TimeoutExpired:

@@ -1,19 +1,28 @@
-"""HTTP API of the manager (FastAPI). Writes need ``Authorization: Bearer <TAILOR_TOKEN>``.
+"""HTTP API of the manager (FastAPI). Credentials and scopes (docs/security.md):
 
-GET  /healthz                 liveness and the current table version
-POST /v1/telemetry            a telemetry batch (semantics: tailor.manager.ingest)
-GET  /v1/table                the current table; ETag / If-None-Match -> 304; ?wait=S&version=V long-polls
-POST /v1/table                operator override (?hold_s=S, reason in X-Tailor-Reason or ?reason=)
-DELETE /v1/table/override     release the override; the next cycle publishes the policy's table again
-POST /v1/cycle                run an update cycle now
-GET  /v1/audit                recent audit entries (JSON)
-GET  /metrics                 Prometheus
-GET  /                        dashboard
+* operator: ``Authorization: Bearer <TAILOR_OPERATOR_TOKEN>`` — every endpoint;
+* edge: ``Authorization: Bearer <one of TAILOR_EDGE_TOKENS>`` — telemetry POST and table GET only.
+
+GET  /healthz                 liveness, "ok" or "degraded" with the problems (open)
+POST /v1/telemetry            a telemetry batch (semantics: tailor.manager.ingest)            edge
+GET  /v1/table                the current table, signed (X-Tailor-Signature); ETag / If-None-Match -> 304;
+                              ?wait=S&version=V long-polls                                      edge (or open)
+POST /v1/table                operator override (?hold_s=S, reason in X-Tailor-Reason or ?reason=)  operator
+DELETE /v1/table/override     release the override; the next cycle publishes the policy's table again  operator
+POST /v1/cycle                run an update cycle now                                           operator
+GET  /v1/audit                recent audit entries (JSON)                                       operator (or open)
+GET  /v1/edges                per table version, the edges whose telemetry says they run it    operator (or open)
+GET  /metrics                 Prometheus (counts only, open)
+GET  /                        dashboard; a browser may send the operator token as the Basic password  operator (or open)
+
+Writes (POST, DELETE) accept only ``Content-Type: application/json`` bodies and refuse a request whose
+``Origin`` is not in ``--allowed-origin``: a web page cannot make a browser publish a table.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import json
@@ -26,6 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from tailor.errors import TableError
+from tailor.table import loads_strict
 from tailor.manager.config import ManagerConfig
 from tailor.manager.dashboard import render_dashboard
 from tailor.manager.logs import log
@@ -38,7 +48,10 @@ def create_app(cfg: ManagerConfig, manager: Manager | None = None) -> FastAPI:
     """The manager's ASGI app; its lifespan runs the writer and the update cycle and closes the store."""
     mgr = manager or Manager(cfg)
     if cfg.insecure_dev:
-        log("auth.disabled", logging.WARNING, detail="--insecure-dev: writes accepted without a token")
+        log("auth.disabled", logging.WARNING, detail="--insecure-dev: every endpoint open (loopback only)")
+    elif not cfg.edge_tokens:
+        log("auth.no_edge_tokens", logging.WARNING,
+            detail="TAILOR_EDGE_TOKENS unset: edges need the operator token, which can publish tables")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -79,15 +92,52 @@ async def _cycler(mgr: Manager, period: float) -> None:
             logging.getLogger("tailor.manager").exception("update cycle failed")
 
 
-def _authorize(request: Request, cfg: ManagerConfig) -> str:
-    """Constant-time bearer check (both sides hashed first, so length leaks nothing). Returns the actor."""
+def _token_ok(given: str, expected: str) -> bool:
+    """Constant-time comparison (both sides hashed first, so length leaks nothing)."""
+    return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), hashlib.sha256(expected.encode()).digest())
+
+
+def _authorize(request: Request, cfg: ManagerConfig, scope: str = "operator", read: bool = False) -> str:
+    """The actor ("operator" or "edge") when the request's credential grants ``scope``, else 401/403.
+
+    ``read``: an open read (``--open-reads``) needs no credential, and the operator may use HTTP Basic
+    (any user name, the token as password) so that a browser can show the dashboard.
+    """
     if cfg.insecure_dev:
         return "insecure-dev"
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    given = hashlib.sha256(token.strip().encode()).digest()
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given, hashlib.sha256(cfg.token.encode()).digest()):
-        raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-    return "operator"
+    if read and cfg.open_reads:
+        return "anonymous"
+    scheme, _, cred = request.headers.get("authorization", "").partition(" ")
+    scheme, cred = scheme.lower(), cred.strip()
+    if read and scheme == "basic":
+        try:
+            cred = base64.b64decode(cred, validate=True).decode().partition(":")[2]
+            scheme = "bearer"
+        except (ValueError, UnicodeDecodeError):
+            cred = ""
+    if scheme == "bearer" and cred:
+        if cfg.token and _token_ok(cred, cfg.token):
+            return "operator"
+        if any(_token_ok(cred, t) for t in cfg.edge_tokens):
+            if scope == "edge":
+                return "edge"
+            raise HTTPException(403, f"an edge credential cannot do this (needs the {scope} scope)")
+    headers = {"WWW-Authenticate": 'Basic realm="tailor"' if read else "Bearer"}
+    raise HTTPException(401, "missing or wrong bearer token", headers=headers)
+
+
+def _check_post(request: Request, cfg: ManagerConfig) -> None:
+    """Writes take JSON only and no foreign Origin (a cross-site form or fetch from a browser)."""
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype != "application/json":
+        raise HTTPException(415, f"Content-Type must be application/json, got {ctype[:100] or 'none'!r}")
+    _check_origin(request, cfg)
+
+
+def _check_origin(request: Request, cfg: ManagerConfig) -> None:
+    origin = request.headers.get("origin")
+    if origin is not None and origin not in cfg.allowed_origins:
+        raise HTTPException(403, f"Origin {origin[:100]!r} is not allowed (--allowed-origin)")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -125,7 +175,8 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
 
     @app.post("/v1/telemetry")
     async def telemetry(request: Request):
-        _authorize(request, cfg)
+        _authorize(request, cfg, "edge")
+        _check_post(request, cfg)
         body = await _read_body(request, cfg.max_body_bytes)
         result = await run_in_threadpool(mgr.ingest, body)
         headers = {"Retry-After": "1"} if result.status == 503 else None
@@ -133,10 +184,12 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
 
     @app.get("/v1/table")
     async def get_table(request: Request, wait: float = 0.0, version: int | None = None):
+        _authorize(request, cfg, "edge", read=True)
         if wait > 0 and version is not None:
             await mgr.notifier.wait(lambda: mgr.current.version == version, min(wait, cfg.max_wait_s))
         cur = mgr.current
-        headers = {"ETag": cur.etag, "X-Tailor-Table-Version": str(cur.version), "Cache-Control": "no-cache"}
+        headers = {"ETag": cur.etag, "X-Tailor-Table-Version": str(cur.version), "Cache-Control": "no-cache",
+                   **mgr.signature(cur)}
         if _etag_matches(request.headers.get("if-none-match"), cur.etag):
             return Response(status_code=304, headers=headers)
         return Response(cur.body, media_type="application/json", headers=headers)
@@ -144,11 +197,12 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
     @app.post("/v1/table")
     async def post_table(request: Request, hold_s: float = 0.0, reason: str = ""):
         actor = _authorize(request, cfg)
+        _check_post(request, cfg)
         body = await _read_body(request, cfg.max_body_bytes)
         try:
-            doc = json.loads(body)
-        except ValueError as err:
-            return JSONResponse({"error": f"body is not JSON: {err}"}, status_code=400)
+            doc = loads_strict(body)
+        except (ValueError, UnicodeDecodeError) as err:
+            return JSONResponse({"error": f"decision table field (root): not JSON: {err}"}, status_code=400)
         why = request.headers.get("x-tailor-reason", reason)
         try:
             published = await run_in_threadpool(mgr.override, doc, actor, why, hold_s)
@@ -159,12 +213,14 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
     @app.delete("/v1/table/override")
     async def release(request: Request, reason: str = ""):
         actor = _authorize(request, cfg)
+        _check_origin(request, cfg)
         await run_in_threadpool(mgr.clear_override, actor, request.headers.get("x-tailor-reason", reason))
         return {"released": True, "version": mgr.current.version}
 
     @app.post("/v1/cycle")
     async def cycle(request: Request):
         _authorize(request, cfg)
+        _check_origin(request, cfg)
         try:
             summary = await run_in_threadpool(mgr.run_cycle)
         except CycleError as err:
@@ -172,7 +228,8 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
         return {k: (None if isinstance(v, float) and v != v else v) for k, v in summary.__dict__.items()}
 
     @app.get("/v1/audit")
-    def audit(limit: int = 50):
+    def audit(request: Request, limit: int = 50):
+        _authorize(request, cfg, read=True)
         rows = mgr.store.recent_audit(max(1, min(limit, 1000)))
         return [dict(zip(("ts", "version", "actor", "action", "reason"), r)) for r in rows]
 
@@ -180,6 +237,12 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
     def metrics():
         return Response(mgr.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    @app.get("/v1/edges")
+    def edges(request: Request):
+        _authorize(request, cfg, read=True)
+        return mgr.edges_report()
+
     @app.get("/", response_class=HTMLResponse)
-    def dashboard():
+    def dashboard(request: Request):
+        _authorize(request, cfg, read=True)
         return HTMLResponse(render_dashboard(mgr))

@@ -20,7 +20,16 @@ class ManagerConfig:
     holdback: float = 0.2
     retention_days: float = 7.0
     seed: int = 0
-    token: str | None = None  # bearer token for every write; None only with insecure_dev
+    token: str | None = None  # operator bearer token (every endpoint); None only with insecure_dev
+    edge_tokens: tuple[str, ...] = ()  # edge bearer tokens: telemetry POST and table GET only (several: rotation)
+    open_reads: bool = False  # table, audit and dashboard readable without a credential
+    allowed_origins: tuple[str, ...] = ()  # Origin values a POST may carry (browsers send one; edges do not)
+    signing_key: str | None = None  # PEM Ed25519 private key; None -> <data>/signing.key (created)
+    sites: tuple[str, ...] = ()  # SNIs the operator lists: learned per site from the first record
+    site_min_records: int = 500  # other SNIs become a site of their own only after this many records
+    max_sites: int = 1000  # at most this many distinct SNIs are ever keyed (operator-listed ones included)
+    apply_grace_s: float = 120.0  # /healthz alerts when no active edge runs the current table after this long
+    max_rules: int = 500_000  # rule budget of a published table (the schema allows 1,000,000)
     insecure_dev: bool = False
     explore_budget: float = 0.1
     min_improvement: float = 0.02
@@ -38,8 +47,11 @@ class ManagerConfig:
         check(0.0 <= self.holdback < 1.0, own, "holdback", "in [0, 1)", self.holdback)
         check(self.retention_days > 0, own, "retention_days", "> 0", self.retention_days)
         check(bool(self.token) or self.insecure_dev, own, "token",
-              "set (environment variable TAILOR_TOKEN) unless --insecure-dev", "<unset>")
+              "set (environment variable TAILOR_OPERATOR_TOKEN or TAILOR_TOKEN) unless --insecure-dev", "<unset>")
         check(self.max_body_bytes >= 1024, own, "max_body_bytes", ">= 1024", self.max_body_bytes)
         check(self.queue_records >= 1, own, "queue_records", ">= 1", self.queue_records)
         check(self.max_wait_s >= 0, own, "max_wait_s", ">= 0", self.max_wait_s)
+        check(self.site_min_records >= 1, own, "site_min_records", ">= 1", self.site_min_records)
+        check(self.max_sites >= 0, own, "max_sites", ">= 0", self.max_sites)
+        check(1 <= self.max_rules <= 1_000_000, own, "max_rules", "in [1, 1000000]", self.max_rules)
         check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)

@@ -105,11 +105,47 @@ def normalize_prefix(text: str) -> str | None:
         return None
 
 
+class SiteFilter:
+    """Which SNIs a learner may key on: the operator's list, plus SNIs with ``min_records`` records.
+
+    SNIs come from clients; keyed freely, each new one would add a group per class and a rule per
+    prefix x device (a handshake with a made-up SNI would grow the table). An SNI that is not admitted
+    reaches the policy as "" (no website). At most ``max_sites`` SNIs are ever admitted; the counts of
+    candidates are bounded too (``MAX_CANDIDATES``; the smallest are forgotten first).
+    """
+
+    MAX_CANDIDATES = 20_000
+
+    def __init__(self, listed=(), min_records: int = 500, max_sites: int = 1000):
+        self.listed = frozenset(listed)
+        self.min_records, self.max_sites = min_records, max_sites
+        self.admitted: set[str] = set(list(self.listed)[:max_sites])
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, sni: str) -> str:
+        if not sni or sni in self.admitted:
+            return sni
+        if sni in self.listed and len(self.admitted) < self.max_sites:
+            self.admitted.add(sni)
+            return sni
+        n = self.counts.get(sni, 0) + 1
+        if n >= self.min_records and len(self.admitted) < self.max_sites:
+            self.admitted.add(sni)
+            self.counts.pop(sni, None)
+            return sni
+        if sni not in self.counts and len(self.counts) >= self.MAX_CANDIDATES:
+            keep = sorted(self.counts.items(), key=lambda kv: kv[1], reverse=True)[: self.MAX_CANDIDATES // 2]
+            self.counts = dict(keep)
+        self.counts[sni] = n
+        return ""
+
+
 class Feeder:
     """Feeds stored telemetry rows to a policy, its archive and the guardrail statistics."""
 
-    def __init__(self, policy, archive, guard: GuardState):
+    def __init__(self, policy, archive, guard: GuardState, sites: SiteFilter | None = None):
         self.policy, self.archive, self.guard = policy, archive, guard
+        self.sites = sites if sites is not None else SiteFilter(min_records=1, max_sites=1 << 30)
         self.policy_groups: set[str] = set()  # group ids of the policy's last compiled table
         self.space = policy.space
         self._index = {c.id: i for i, c in enumerate(self.space.configs)}
@@ -154,7 +190,7 @@ class Feeder:
         if index is None:
             report.foreign += 1
             return
-        ctx = Context(t, prefix, self._client(prefix, addr, device), sni, rtt or 0.0, history)
+        ctx = Context(t, prefix, self._client(prefix, addr, device), self.sites(sni), rtt or 0.0, history)
         if group is None or group not in self.policy_groups:
             group = self.policy.select(ctx).group
         decision = Decision(index, prob, group, "holdback" if hold else "table")

@@ -53,6 +53,8 @@ class IngestResult:
     dropped: int = 0
     reasons: list[str] = field(default_factory=list)
     ticket: Ticket | None = None  # set for a queued batch: the reply waits for it
+    source: str | None = None
+    table_version: int | None = None  # the highest table version the batch's valid records were decided with
 
     def body(self) -> dict:
         out = {"accepted": self.accepted, "rejected": self.rejected, "dropped": self.dropped}
@@ -147,4 +149,6 @@ def ingest(body: bytes, queue: IngestQueue, metrics, received: float) -> IngestR
         metrics.batches.labels("dropped").inc()
         return IngestResult(503, rejected=len(bad), dropped=len(good), reasons=reasons)
     metrics.queue.set(len(queue))
-    return IngestResult(202, accepted=len(good), rejected=len(bad), reasons=reasons, ticket=ticket)
+    version = max((int(r["table_version"]) for r in good), default=None)
+    return IngestResult(202, accepted=len(good), rejected=len(bad), reasons=reasons, ticket=ticket,
+                        source=doc["source"], table_version=version)

@@ -19,6 +19,24 @@ from tailor.manager.guardrails import GuardConfig, check_allowed, greedy
 from tailor.table import TableResolver, validate_table
 
 CONTENT_KEYS = ("default", "configs", "groups", "rules", "holdback")
+MAX_TABLE_BYTES = 32 << 20  # half of what tailor-edge and tailor-agent accept (rules.MaxTableBytes, 64 MiB)
+
+
+def enforce_budget(table: dict, max_rules: int) -> list[str]:
+    """Cut ``table["rules"]`` to ``max_rules``, in place; returns a note when rules were dropped.
+
+    What goes last is what is least general: prefix-only rules (what TCP-layer edges match) are kept first,
+    then SNI-only, device-only, and SNI-and-device rules; within a kind, the table's order (policies emit
+    per prefix). A connection whose specific rule is dropped falls back to its prefix's rule.
+    """
+    rules = table["rules"]
+    if len(rules) <= max_rules:
+        return []
+    rank = {(False, False): 0, (True, False): 1, (False, True): 2, (True, True): 3}
+    order = sorted(range(len(rules)), key=lambda i: (rank["sni" in rules[i], "device" in rules[i]], i))
+    keep = sorted(order[:max_rules])
+    table["rules"] = [rules[i] for i in keep]
+    return [f"rule budget: kept {max_rules} of {len(rules)} rules (most specific dropped first)"]
 
 
 def dumps(doc: dict) -> bytes:

@@ -24,7 +24,22 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the policy (default 0)")
     p.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a parameter of the policy, e.g. epsilon=0.3 for mab-nc (repeatable)")
-    p.add_argument("--insecure-dev", action="store_true", help="accept writes without a token (development only)")
+    p.add_argument("--insecure-dev", action="store_true",
+                   help="no credentials at all (development only; refuses a non-loopback --listen)")
+    p.add_argument("--open-reads", action="store_true",
+                   help="table, audit, edges report and dashboard readable without a credential")
+    p.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                   help="an Origin a write may carry (browsers send one; repeatable; default none)")
+    p.add_argument("--signing-key", help="PEM Ed25519 private key signing the tables (default <data>/signing.key, "
+                                         "created on first start; public half in <data>/signing.pub)")
+    p.add_argument("--tls-cert", help="PEM certificate chain: serve HTTPS (with --tls-key)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--site", action="append", default=[], metavar="SNI",
+                   help="a website (SNI) learned on its own from its first record (repeatable)")
+    p.add_argument("--site-min-records", type=int, default=500,
+                   help="records before an SNI not listed with --site becomes a site of its own (default 500)")
+    p.add_argument("--max-sites", type=int, default=1000, help="cap on the SNIs ever keyed (default 1000)")
+    p.add_argument("--max-rules", type=int, default=500_000, help="rule budget of a published table (default 500000)")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -36,11 +51,33 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def config_from_args(args, environ=os.environ) -> ManagerConfig:
+    """Credentials come from the environment: TAILOR_OPERATOR_TOKEN (TAILOR_TOKEN is read when it is unset)
+    and TAILOR_EDGE_TOKENS (comma-separated; several during a rotation)."""
+    operator = environ.get("TAILOR_OPERATOR_TOKEN") or environ.get("TAILOR_TOKEN") or None
+    edges = tuple(t.strip() for t in environ.get("TAILOR_EDGE_TOKENS", "").split(",") if t.strip())
+    check(operator is None or operator not in edges, "tailor manager", "TAILOR_EDGE_TOKENS",
+          "different from the operator token", "<the operator token>")
+    check((args.tls_cert is None) == (args.tls_key is None), "tailor manager", "tls-key", "given with --tls-cert",
+          args.tls_key or "<unset>")
     return ManagerConfig(data_dir=args.data, policy=args.policy, space=args.space, allowed=args.allowed,
                          update_freq_s=args.update_freq, holdback=args.holdback, retention_days=args.retention_days,
-                         explore_budget=args.explore_budget, seed=args.seed, token=environ.get("TAILOR_TOKEN") or None,
-                         insecure_dev=args.insecure_dev,
+                         explore_budget=args.explore_budget, seed=args.seed, token=operator, edge_tokens=edges,
+                         insecure_dev=args.insecure_dev, open_reads=args.open_reads,
+                         allowed_origins=tuple(args.allowed_origin), signing_key=args.signing_key,
+                         sites=tuple(args.site), site_min_records=args.site_min_records, max_sites=args.max_sites,
+                         max_rules=args.max_rules,
                          policy_params=parse_policy_params(getattr(args, "policy_param", []) or [], "tailor manager"))
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def run(args) -> int:
@@ -50,8 +87,11 @@ def run(args) -> int:
 
     host, port = parse_listen(args.listen)
     cfg = config_from_args(args)
+    check(not cfg.insecure_dev or _is_loopback(host), "tailor manager", "listen",
+          "a loopback address with --insecure-dev", args.listen)
     logs.setup(logging.INFO)
     app = create_app(cfg)
-    logs.log("manager.start", host=host, port=port, data=cfg.data_dir, policy=cfg.policy, space=cfg.space)
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
+    logs.log("manager.start", host=host, port=port, tls=bool(args.tls_cert), data=cfg.data_dir, policy=cfg.policy, space=cfg.space)
+    tls = {"ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key} if args.tls_cert else {}
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, **tls)
     return 0

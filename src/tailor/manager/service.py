@@ -17,21 +17,24 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tailor.errors import ParameterError
+from tailor.errors import ParameterError, TableError
 from tailor.grouping import PrefixArchive
 from tailor.manager import publish as pub
 from tailor.manager.config import ManagerConfig
-from tailor.manager.feed import Feeder
+from tailor.manager.feed import Feeder, SiteFilter
 from tailor.manager.guardrails import GuardConfig, GuardState, apply_guardrails, check_rollbacks
 from tailor.manager.ingest import IngestQueue, IngestResult, ingest
 from tailor.manager.logs import log
 from tailor.manager.metrics import Metrics
+from tailor.manager.signing import Signer
 from tailor.manager.store import Store, StoreError
 from tailor.policies import PolicyEnv, make_policy
 from tailor.sim.simulator import ARCHIVE_ALPHA
 from tailor.space import AllowedConfig, ConfigSpace
+from tailor.table import validate_table
 
 STATE_FORMAT = 1
+MAX_EDGES = 10_000  # distinct telemetry sources tracked for the applied-version report
 QUARANTINE_AFTER = 3  # consecutive failed cycles over the same telemetry before that span is skipped
 
 
@@ -89,10 +92,16 @@ class Manager:
         self.knobs = {c.id: dict(c.changes()) for c in self.space.configs}
         self._cycle_lock, self._write_lock = threading.Lock(), threading.Lock()
         self.health = Health()
+        self.signer = Signer.for_data_dir(cfg.data_dir, cfg.signing_key)
+        self._signed: tuple[str, dict] | None = None
+        self.edge_versions: dict[str, tuple[int, float]] = {}  # source -> (table version, last seen)
+        self.edges_untracked = 0
         self.notifier = pub.Notifier()
         self._restore()
-        self.feeder = Feeder(self.policy, self.archive, self.guard)
+        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites)
         self.current = self._load_or_create_table()
+        if not hasattr(self, "_published_wall"):
+            self._published_wall = time.time()  # restarted: edges get a grace period from now
         if not hasattr(self, "_good_state"):
             self._good_state = self._state_bytes()
         self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
@@ -112,6 +121,7 @@ class Manager:
             params = dict(self.cfg.policy_params)
             self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None
+            self.sites = self._new_sites()
         else:
             if state.get("signature") != self._signature():
                 raise ParameterError(f"The 'data' parameter of tailor manager holds state learned with "
@@ -119,13 +129,18 @@ class Manager:
                                      f"Got {self._signature()}.")
             self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
             self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
+            self.sites = state.get("sites") or self._new_sites()
         self.written_seq = max(self.store.max_seq(), self.fed_seq)
         log("manager.state", restored=state is not None, fed_seq=self.fed_seq, policy=self.cfg.policy)
+
+    def _new_sites(self) -> SiteFilter:
+        return SiteFilter(self.cfg.sites, self.cfg.site_min_records, self.cfg.max_sites)
 
     def _state_bytes(self) -> bytes:
         return pickle.dumps({"format": STATE_FORMAT, "signature": self._signature(), "policy": self.policy,
                              "archive": self.archive, "guard": self.guard, "fed_seq": self.fed_seq,
-                             "override_until": self.override_until}, protocol=pickle.HIGHEST_PROTOCOL)
+                             "override_until": self.override_until, "sites": self.sites},
+                            protocol=pickle.HIGHEST_PROTOCOL)
 
     def snapshot(self) -> None:
         data = self._state_bytes()
@@ -137,7 +152,8 @@ class Manager:
         state = pickle.loads(self._good_state)
         self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
         self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
-        self.feeder = Feeder(self.policy, self.archive, self.guard)
+        self.sites = state.get("sites") or self._new_sites()
+        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites)
         self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
 
     def _load_or_create_table(self) -> pub.Published:
@@ -172,6 +188,7 @@ class Manager:
                 self._write_lock.release()
         m = self.metrics
         if ticket.ok:
+            self._saw_edge(result.source, result.table_version)
             m.records.inc(result.accepted)
             m.batches.labels("partial" if result.rejected else "accepted").inc()
             return result
@@ -180,6 +197,40 @@ class Manager:
         result.status, result.dropped, result.accepted = 503, result.accepted, 0
         result.reasons = [f"store: {error}"] + result.reasons
         return result
+
+    def _saw_edge(self, source: str | None, version: int | None) -> None:
+        if source is None or version is None:
+            return
+        if source not in self.edge_versions and len(self.edge_versions) >= MAX_EDGES:
+            self.edges_untracked += 1
+            return
+        old = self.edge_versions.get(source)
+        self.edge_versions[source] = (max(version, old[0]) if old else version, time.time())
+
+    def edges_report(self, now: float | None = None) -> dict:
+        """Per table version, the edges (telemetry sources seen in the last ``window``) running it."""
+        now = time.time() if now is None else now
+        window = max(300.0, 3 * self.cfg.update_freq_s)
+        active = {s: v for s, (v, seen) in self.edge_versions.items() if now - seen <= window}
+        by_version: dict[int, int] = {}
+        for v in active.values():
+            by_version[v] = by_version.get(v, 0) + 1
+        cur = self.current.version
+        age = now - self._published_wall
+        on_current = sum(n for v, n in by_version.items() if v >= cur)
+        alert = None
+        if active and age > self.cfg.apply_grace_s and on_current == 0:
+            alert = (f"table version {cur} published {age:.0f} s ago is applied by 0 of {len(active)} active edges "
+                     f"(they report {sorted(by_version)})")
+        return {"current_version": cur, "published_s_ago": round(age, 1), "active_edges": len(active),
+                "on_current": on_current, "by_version": {str(v): n for v, n in sorted(by_version.items())},
+                "untracked_sources": self.edges_untracked, "window_s": window, "alert": alert}
+
+    def signature(self, published: pub.Published) -> dict:
+        """Signature headers of a published table's body (computed once per version)."""
+        if self._signed is None or self._signed[0] != published.etag:
+            self._signed = (published.etag, self.signer.sign(published.body))
+        return self._signed[1]
 
     def flush(self) -> int:
         """Write queued telemetry to the store; returns the number of records written."""
@@ -222,9 +273,14 @@ class Manager:
     def _publish(self, table: dict, origin: str, actor: str, action: str, reason: str, now: float) -> pub.Published:
         version = (self.current.version if self.current else 0) + 1
         doc = dict(table, version=version, generated_at=float(now), valid_for_s=self.cfg.valid_for_s)
+        validate_table(doc)  # in full, schema included: never publish what an edge would refuse
         published = pub.Published.of(doc, origin)
+        if len(published.body) > pub.MAX_TABLE_BYTES:
+            raise TableError(f"decision table of {len(published.body)} bytes is over the edges' limit of "
+                             f"{pub.MAX_TABLE_BYTES} bytes (lower --max-rules)")
         self.store.save_table(doc, origin, published.etag, now, actor, action, reason)
         self.current = published
+        self._published_wall = time.time()
         self.metrics.version.set(version)
         self.metrics.groups.set(len(doc["groups"]))
         self.notifier.notify()
@@ -295,6 +351,7 @@ class Manager:
         planned = pub.compile_fast(self.policy, now, self.archive)
         self.feeder.policy_groups = {g["id"] for g in planned["groups"]}
         table, notes = apply_guardrails(planned, self.guard, self.guard_cfg, self.knobs)
+        notes += pub.enforce_budget(table, self.cfg.max_rules)
         published = self._maybe_publish(table, notes, events, now)
         deleted = self.store.delete_before(now - self.cfg.retention_days * 86400.0)
         self.store.save_prefixes(self.archive)
@@ -356,6 +413,9 @@ class Manager:
         if h.cycle_error:
             problems.append(f"update cycle failing ({h.consecutive_failures} in a row): {h.cycle_error}")
         problems += h.problems_extra
+        alert = self.edges_report()["alert"]
+        if alert:
+            problems.append(alert)
         out = {"status": "degraded" if problems else "ok", "version": self.current.version,
                "queue_records": len(self.queue), "store_write_failures": self.store.write_failures,
                "cycles_failed": h.cycles_failed, "quarantined_records": h.quarantined}

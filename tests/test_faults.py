@@ -34,7 +34,7 @@ from tailor.space import ConfigSpace
 pytestmark = [pytest.mark.testbed, pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")]
 
 TOKEN = "fault-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 SPACE = ConfigSpace.named("core")
 DEFAULT = SPACE.configs[SPACE.default_index].id
 H2 = next(c.id for c in SPACE.configs if dict(c.changes()) == {"http.version": "2"})
@@ -168,7 +168,7 @@ def test_manager_killed_edge_keeps_table_buffers_and_resumes(tmp_path, www, proc
     _stable(mgr)  # every record of these responses is in (the edge flushes every 2 s)
     fed = httpx.post(mgr.url + "/v1/cycle", headers=AUTH, timeout=60).json()["rows"]
     assert fed == _stable(mgr) >= 21  # the cycle fed every stored row; nothing is queued at the kill
-    audit_before = httpx.get(mgr.url + "/v1/audit").json()
+    audit_before = httpx.get(mgr.url + "/v1/audit", headers=AUTH).json()
 
     mgr.kill(signal.SIGKILL)  # mid-run: no graceful shutdown
     # the edge keeps serving with the last table while the manager is down
@@ -185,9 +185,9 @@ def test_manager_killed_edge_keeps_table_buffers_and_resumes(tmp_path, www, proc
 
     mgr2 = Manager(tmp_path, data, port, "manager-restart")
     procs.append(mgr2)
-    t = httpx.get(mgr2.url + "/v1/table")
+    t = httpx.get(mgr2.url + "/v1/table", headers=AUTH)
     assert t.headers["etag"] == etag and t.json()["version"] == version  # same table, same ETag
-    assert httpx.get(mgr2.url + "/v1/audit").json() == audit_before  # history intact
+    assert httpx.get(mgr2.url + "/v1/audit", headers=AUTH).json() == audit_before  # history intact
     buffered = 20 + 51500  # the outage's responses (20 downloads + the flood)
     # the edge ships its buffer (10,000 per batch every 2 s): all but the dropped ones arrive, drops are counted
     _wait(lambda: mgr2.metric("tailor_edge_dropped_records_total") > 0, 40, "the edge's drop count")
@@ -245,17 +245,17 @@ def test_unauthenticated_table_push_is_refused(tmp_path, www, procs):
     mgr = Manager(tmp_path, tmp_path / "data", free_port())
     procs.append(mgr)
     edge, url = _edge(tmp_path, www, mgr.url + "/v1/table", "-", procs)
-    t0 = httpx.get(mgr.url + "/v1/table")
-    audit0 = httpx.get(mgr.url + "/v1/audit").json()
+    t0 = httpx.get(mgr.url + "/v1/table", headers=AUTH)
+    audit0 = httpx.get(mgr.url + "/v1/audit", headers=AUTH).json()
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"},
                     {"Authorization": f"Bearer {TOKEN}x"}):
         r = httpx.post(mgr.url + "/v1/table", headers=headers, json=_table(9))
         assert r.status_code == 401, (headers, r.status_code)
         assert r.headers.get("www-authenticate") == "Bearer"
         assert httpx.delete(mgr.url + "/v1/table/override", headers=headers).status_code == 401
-    t1 = httpx.get(mgr.url + "/v1/table")
+    t1 = httpx.get(mgr.url + "/v1/table", headers=AUTH)
     assert (t1.headers["etag"], t1.content) == (t0.headers["etag"], t0.content)
-    assert httpx.get(mgr.url + "/v1/audit").json() == audit0
+    assert httpx.get(mgr.url + "/v1/audit", headers=AUTH).json() == audit0
     assert set(_versions(5, url)) == {"1.1"}  # the edge still serves the manager's default table
     # the same push with the token is accepted and reaches the edge: the refusal above was the token
     assert httpx.post(mgr.url + "/v1/table", headers=AUTH, json=_table(9)).status_code == 200

@@ -1,0 +1,400 @@
+"""Hardening of the control plane (issue 17): each attack or failure, repeated as a bounded test on loopback.
+
+* kill -9 during ingest: no record answered 202 is missing after a restart (3 trials);
+* a full disk: writes answer 503 (counted, /healthz degraded), nothing acknowledged is lost, and the store
+  recovers by itself when space returns (root: a tmpfs of its own);
+* poison: values beyond the schema's bounds are refused per record (the batch's other records are kept);
+  values inside the bounds whose ratios overflow reach no learner; a policy that fails is isolated and
+  learning continues; a span that fails three times is quarantined;
+* client strings cannot multiply the table (SNI admission, rule budget);
+* credentials: scopes, JSON-only writes, Origin, signed tables, HTTPS, --insecure-dev on loopback only;
+* operator tables with NaN or odd prefix spellings are refused with the old table kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import ipaddress
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from tailor.demo.binaries import ROOT
+from tailor.manager.api import create_app
+from tailor.manager.config import ManagerConfig
+from tailor.manager.publish import enforce_budget
+from tailor.manager.signing import Signer, load_public_keys, public_pem, verify
+from tailor.manager.store import Store
+from tailor.manager.testing import LiveServer, free_port
+from tailor.space import ConfigSpace
+
+TOKEN, EDGE = "operator-token-xyz", "edge-token-abc"
+OP = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+ED = {"Authorization": f"Bearer {EDGE}", "Content-Type": "application/json"}
+T0 = 1_795_000_000.0
+SPACE = ConfigSpace.named("core")
+DEFAULT = SPACE.configs[SPACE.default_index].id
+
+
+def cfg(tmp_path, **kw) -> ManagerConfig:
+    return ManagerConfig(data_dir=str(tmp_path / "data"), token=TOKEN, edge_tokens=(EDGE,), update_freq_s=0, **kw)
+
+
+def record(i: int, **kw) -> dict:
+    """A valid page-load record whose ``bytes_sent`` is its id (so a test can tell records apart)."""
+    rec = {"time": T0 + i % 1000, "kind": "pageload", "client_prefix": f"10.{i % 7}.{i % 11}.0/24", "config_id": DEFAULT,
+           "table_version": 1, "plt_ms": 800.0 + i % 300, "handshake_rtt_ms": 40.0 + i % 50, "bytes_sent": i,
+           "bytes_acked": 10_000, "duration_ms": 500.0}
+    return {**rec, **kw}
+
+
+def batch(records, source: str = "edge-h") -> bytes:
+    return json.dumps({"schema": "tailor.telemetry/v1", "source": source, "dropped": 0, "records": records}).encode()
+
+
+def stored_ids(data: Path) -> set[int]:
+    store = Store(data)
+    try:
+        return {r[0] for r in store.query("SELECT bytes_sent FROM telemetry")}
+    finally:
+        store.close()
+
+
+# -- durable acknowledgement
+def _manager_proc(data: Path, port: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TAILOR_OPERATOR_TOKEN": TOKEN, "TAILOR_EDGE_TOKENS": EDGE}
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "tailor", "manager", "--listen", f"127.0.0.1:{port}", "--data",
+                                 str(data), "--update-freq", "0"], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+
+
+def _wait_up(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        assert proc.poll() is None, "manager exited"
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"manager at {url} did not start")
+
+
+def _flood(url: str, acked: list[int], stop: threading.Event, first_id: int, per_batch: int = 200) -> None:
+    """Post batches of fresh ids until ``stop`` or the server dies; record the ids of 202 answers."""
+    next_id = first_id
+    with httpx.Client(timeout=5) as c:
+        while not stop.is_set():
+            ids = range(next_id, next_id + per_batch)
+            next_id += per_batch
+            try:
+                r = c.post(url + "/v1/telemetry", content=batch([record(i) for i in ids]), headers=ED)
+            except httpx.HTTPError:
+                return
+            if r.status_code == 202:
+                acked.extend(ids)
+
+
+@pytest.mark.slow
+def test_kill9_during_ingest_loses_no_acknowledged_record(tmp_path):
+    data = tmp_path / "data"
+    totals = []
+    for trial in range(3):
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = _manager_proc(data, port, tmp_path / "manager.log")
+        try:
+            _wait_up(url, proc)
+            acked: list[int] = []
+            stop = threading.Event()
+            threads = [threading.Thread(target=_flood, args=(url, acked, stop, (trial * 4 + k) * 10_000_000))
+                       for k in range(4)]
+            for t in threads:
+                t.start()
+            time.sleep(2.5 + trial)
+            os.killpg(proc.pid, signal.SIGKILL)  # mid-ingest
+            proc.wait(timeout=10)
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        have = stored_ids(data)
+        missing = set(acked) - have
+        totals.append((len(acked), len(missing)))
+        assert acked and not missing, f"trial {trial}: {len(missing)} of {len(acked)} acknowledged records lost"
+    # the restarted manager serves the same store
+    port = free_port()
+    proc = _manager_proc(data, port, tmp_path / "manager.log")
+    try:
+        _wait_up(f"http://127.0.0.1:{port}", proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    print("kill -9 trials (acknowledged, lost):", totals)
+
+
+@pytest.mark.privileged
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_full_disk_answers_503_loses_nothing_and_recovers(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], check=True)
+    try:
+        data = mnt / "data"
+        app = create_app(ManagerConfig(data_dir=str(data), token=TOKEN, edge_tokens=(EDGE,), update_freq_s=0))
+        (mnt / "filler").write_bytes(b"\0" * (10 << 20))
+        acked, refused, next_id = [], 0, 0
+        with TestClient(app) as c:
+            deadline = time.monotonic() + 120
+            while refused < 5 and time.monotonic() < deadline:  # fill the disk until writes fail
+                ids = range(next_id, next_id + 2000)
+                next_id += 2000
+                r = c.post("/v1/telemetry", content=batch([record(i) for i in ids]), headers=ED)
+                if r.status_code == 202:
+                    acked.extend(ids)
+                else:
+                    assert r.status_code == 503 and r.headers["retry-after"] and "store" in r.json()["errors"][0]
+                    refused += 1
+            assert refused == 5, "the disk never filled"
+            health = c.get("/healthz").json()
+            assert health["status"] == "degraded" and "store write failing" in health["problems"][0]
+            assert "tailor_store_write_failed_records_total" in c.get("/metrics").text
+            (mnt / "filler").unlink()  # space returns; no restart
+            after = []
+            for _ in range(20):
+                ids = range(next_id, next_id + 500)
+                next_id += 500
+                r = c.post("/v1/telemetry", content=batch([record(i) for i in ids]), headers=ED)
+                if r.status_code == 202:
+                    after.extend(ids)
+            assert after, "the store did not recover when space returned"
+            assert c.get("/healthz").json()["status"] == "ok"
+            acked += after
+        missing = set(acked) - stored_ids(data)
+        assert not missing, f"{len(missing)} of {len(acked)} acknowledged records lost"
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+# -- poison
+def test_out_of_bounds_values_refused_per_record_and_batch_kept(tmp_path):
+    app = create_app(cfg(tmp_path))
+    raw = batch([record(1), record(2)]).replace(b'"bytes_sent": 2,', b'"bytes_sent": 99999999999999999999,')
+    poison = [record(3, max_delivery_rate_Bps=1e308), record(4, config_id=DEFAULT + "\n"), record(5, sni="a" * 60_000),
+              record(6, plt_ms=4e6), record(7, time=-5.0)]
+    with TestClient(app) as c:
+        r = c.post("/v1/telemetry", content=raw, headers=ED)
+        assert r.status_code == 202 and (r.json()["accepted"], r.json()["rejected"]) == (1, 1)
+        assert "bytes_sent" in r.json()["errors"][0] and "maximum" in r.json()["errors"][0]
+        r = c.post("/v1/telemetry", content=batch([record(10 + i) for i in range(100)] + poison), headers=ED)
+        assert r.status_code == 202 and (r.json()["accepted"], r.json()["rejected"]) == (100, 5)
+        assert all(len(e) < 400 for e in r.json()["errors"])  # a 60 KB value is named, not echoed
+        nan = batch([record(20)]).replace(b'"plt_ms": 820.0', b'"plt_ms": NaN')
+        r = c.post("/v1/telemetry", content=nan, headers=ED)
+        assert r.status_code == 400 and "not JSON" in r.json()["errors"][0]
+        assert app.state.manager.store.telemetry_count() == 101
+
+
+def test_overflowing_ratios_reach_no_learner_and_learning_continues(tmp_path):
+    app = create_app(cfg(tmp_path))
+    mgr = app.state.manager
+    huge = [record(i, bytes_acked=1 << 50, duration_ms=1e-300, max_delivery_rate_Bps=None) for i in range(50)]
+    for r in huge:
+        r.pop("max_delivery_rate_Bps")
+    with TestClient(app) as c:
+        assert c.post("/v1/telemetry", content=batch(huge), headers=ED).status_code == 202
+        s = mgr.run_cycle(now=T0 + 2000)
+        for prefix, h in mgr.archive.items(T0 + 2000):
+            assert h.goodput_mbps <= 1e6 and h.goodput_mbps == h.goodput_mbps
+        assert c.post("/v1/telemetry", content=batch([record(100 + i) for i in range(200)]), headers=ED).status_code == 202
+        s = mgr.run_cycle(now=T0 + 2100)
+        assert s.rows == 200 and c.get("/healthz").json()["status"] == "ok"
+
+
+def test_a_failing_policy_is_isolated_then_quarantined(tmp_path, monkeypatch):
+    app = create_app(cfg(tmp_path))
+    mgr = app.state.manager
+    with TestClient(app) as c:
+        assert c.post("/v1/telemetry", content=batch([record(i) for i in range(300)]), headers=ED).status_code == 202
+        version, body = mgr.current.version, mgr.current.body
+        plan = type(mgr.policy).plan
+
+        def broken(self, now, compile=True):
+            raise FloatingPointError("poisoned state")
+
+        monkeypatch.setattr(type(mgr.policy), "plan", broken)
+        for k in range(3):
+            r = c.post("/v1/cycle", headers=OP)
+            assert r.status_code == 500 and "poisoned state" in r.json()["error"]
+            health = c.get("/healthz").json()
+            assert health["status"] == "degraded" and "update cycle failing" in " ".join(health["problems"])
+            assert mgr.current.version == version and mgr.current.body == body  # last good table stays
+            assert mgr.fed_seq == (0 if k < 2 else 300)  # rolled back; the third failure quarantines the span
+        assert health["quarantined_records"] == 300 and "tailor_update_cycle_failures_total 3.0" in c.get("/metrics").text
+        monkeypatch.setattr(type(mgr.policy), "plan", plan)
+        assert c.post("/v1/telemetry", content=batch([record(1000 + i) for i in range(100)]), headers=ED).status_code == 202
+        assert c.post("/v1/cycle", headers=OP).json()["rows"] == 100
+        assert c.get("/healthz").json()["status"] == "ok"
+
+
+# -- client strings cannot multiply the table
+def test_many_distinct_snis_do_not_multiply_the_table(tmp_path):
+    app = create_app(cfg(tmp_path, site_min_records=50, sites=("shop.example",)))
+    mgr = app.state.manager
+    rng = random.Random(1)
+    with TestClient(app) as c:
+        for k in range(4):  # 4 x 1,000 records, every one with a new 253-character SNI
+            recs = [record(k * 1000 + i, sni=("".join(rng.choices("abcdefghij", k=240)) + f".{i:05d}.example")[-253:],
+                           device="desktop") for i in range(1000)]
+            assert c.post("/v1/telemetry", content=batch(recs), headers=ED).status_code == 202
+            mgr.run_cycle(now=T0 + 1000 * (k + 1))
+        sites = {r.get("sni") for r in mgr.current.doc["rules"]} - {None, ""}
+        assert sites <= {"shop.example"} and len(mgr.sites.admitted) <= 1
+        assert len(mgr.current.body) < 2_000_000 and len(mgr.sites.counts) <= mgr.sites.MAX_CANDIDATES
+        # a site with enough traffic is learned on its own
+        recs = [record(9000 + i, sni="news.example") for i in range(60)]
+        assert c.post("/v1/telemetry", content=batch(recs), headers=ED).status_code == 202
+        mgr.run_cycle(now=T0 + 9000)
+        assert "news.example" in mgr.sites.admitted
+
+
+def test_rule_budget_keeps_the_general_rules():
+    rules = [{"prefix": f"10.0.{i}.0/24", "group": "g"} for i in range(10)]
+    rules += [{"prefix": f"10.0.{i}.0/24", "sni": "a.example", "device": "ios", "group": "g"} for i in range(10)]
+    rules += [{"prefix": f"10.0.{i}.0/24", "sni": "a.example", "group": "g"} for i in range(10)]
+    table = {"rules": list(rules)}
+    notes = enforce_budget(table, 15)
+    assert len(table["rules"]) == 15 and "kept 15 of 30" in notes[0]
+    assert sum("sni" not in r for r in table["rules"]) == 10 and not any("device" in r for r in table["rules"])
+
+
+# -- credentials, origins, signatures, TLS
+def test_scopes_content_type_and_origin(tmp_path):
+    app = create_app(cfg(tmp_path))
+    with TestClient(app) as c:
+        table = c.get("/v1/table", headers=ED).json()
+        for path in ("/v1/table", "/v1/audit", "/v1/edges", "/"):
+            assert c.get(path).status_code == 401, path  # reads need a credential
+        assert c.post("/v1/table", json=table, headers=ED).status_code == 403  # an edge cannot publish
+        assert c.post("/v1/cycle", headers=ED).status_code == 403
+        assert c.delete("/v1/table/override", headers=ED).status_code == 403
+        assert c.get("/v1/audit", headers=ED).status_code == 403
+        text = {**OP, "Content-Type": "text/plain"}
+        assert c.post("/v1/table", content=json.dumps(table), headers=text).status_code == 415
+        assert c.post("/v1/telemetry", content=batch([record(1)]), headers={**ED, "Content-Type": "text/plain"}).status_code == 415
+        evil = {**OP, "Origin": "https://evil.example"}
+        assert c.post("/v1/table", json=table, headers=evil).status_code == 403
+        assert c.get("/v1/audit", headers=OP).status_code == 200
+        basic = base64.b64encode(f"operator:{TOKEN}".encode()).decode()
+        assert c.get("/", headers={"Authorization": f"Basic {basic}"}).status_code == 200
+        assert c.post("/v1/table", json=table, headers={"Authorization": f"Basic {basic}"}).status_code == 401
+        assert c.post("/v1/telemetry", content=batch([record(1)]), headers=ED).status_code == 202
+    opened = create_app(cfg(tmp_path / "o", open_reads=True))
+    with TestClient(opened) as c:
+        assert c.get("/v1/table").status_code == 200 and c.post("/v1/cycle").status_code == 401
+
+
+def test_insecure_dev_refuses_a_non_loopback_listen(tmp_path, capsys):
+    from tailor.cli import main
+
+    assert main(["manager", "--data", str(tmp_path / "d"), "--listen", "0.0.0.0:1", "--insecure-dev"]) == 2
+    assert "loopback" in capsys.readouterr().err
+
+
+def test_tables_are_signed_with_the_published_key(tmp_path):
+    app = create_app(cfg(tmp_path))
+    with TestClient(app) as c:
+        r = c.get("/v1/table", headers=ED)
+        keys = load_public_keys((tmp_path / "data" / "signing.pub").read_bytes())
+        sig = r.headers["x-tailor-signature"]
+        assert verify(r.content, sig, keys) and not verify(r.content + b" ", sig, keys)
+        assert r.headers["x-tailor-key-id"] == app.state.manager.signer.key_id
+        other = tmp_path / "other"
+        other.mkdir()
+        assert not verify(r.content, sig, load_public_keys(public_pem(Signer.for_data_dir(other).public)))
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tailor-test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+@pytest.mark.slow
+def test_manager_over_tls(tmp_path):
+    cert, key = _self_signed(tmp_path)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TAILOR_OPERATOR_TOKEN": TOKEN, "TAILOR_EDGE_TOKENS": EDGE}
+    with open(tmp_path / "m.log", "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tailor", "manager", "--listen", f"127.0.0.1:{port}", "--data",
+                                 str(tmp_path / "data"), "--update-freq", "0", "--tls-cert", str(cert),
+                                 "--tls-key", str(key)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=env)
+    url = f"https://127.0.0.1:{port}"
+    try:
+        end = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < end, (tmp_path / "m.log").read_text()[-2000:]
+            try:
+                if httpx.get(url + "/healthz", verify=str(cert), timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        with httpx.Client(base_url=url, verify=str(cert), timeout=10) as c:
+            assert c.post("/v1/telemetry", content=batch([record(1)]), headers=ED).status_code == 202
+            assert c.get("/v1/table", headers=ED).status_code == 200
+        with pytest.raises(httpx.ConnectError):  # plain HTTP is not served, and an unverified peer is refused
+            httpx.get(url + "/healthz", timeout=2)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+# -- operator tables an edge would refuse
+def test_operator_tables_with_nan_or_odd_prefixes_are_refused(tmp_path):
+    app = create_app(cfg(tmp_path))
+    with TestClient(app) as c:
+        good = c.get("/v1/table", headers=OP).json()
+        good["groups"].append({"id": "lab", "choices": [{"config": good["default"], "p": 1.0}]})
+        version = c.post("/v1/table", json=dict(good, rules=[{"prefix": "10.0.0.0/8", "group": "lab"}]),
+                         headers=OP).json()["version"]
+        bodies = [json.dumps(good).replace('"p": 1.0', '"p": NaN'), json.dumps(dict(good, holdback=None)).replace(
+            '"holdback": null', '"holdback": NaN')]
+        bodies += [json.dumps(dict(good, rules=[{"prefix": p, "group": "lab"}]))
+                   for p in ("10.0.0.0/255.0.0.0", "10.0.0.0/08", "fe80::%eth0/64", "2001:DB8::/32")]
+        for body in bodies:
+            r = c.post("/v1/table", content=body, headers=OP)
+            assert r.status_code == 400 and ("not JSON" in r.json()["error"] or "canonical" in r.json()["error"]), r.text
+        assert c.get("/v1/table", headers=OP).json()["version"] == version

@@ -26,7 +26,6 @@ SCHEMA_ID = "tailor.decision-table/v1"
 PROB_TOLERANCE = 1e-6
 
 
-MAX_RULE_PREFIX_LEN, MAX_SNI_LEN, MAX_DEVICE_LEN, MAX_GROUP_LEN = 43, 253, 64, 200
 
 
 @lru_cache(maxsize=4)

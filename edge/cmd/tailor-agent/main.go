@@ -20,7 +20,8 @@ import (
 
 const usage = `usage:
   tailor-agent run [--table FILE|URL] [--telemetry-out FILE|- | --telemetry-url URL] [--cgroup PATH]
-                   [--pin DIR] [--full-address] [--poll DUR] [-- server command...]
+                   [--pin DIR] [--full-address] [--poll DUR] [--table-pubkey F] [--manager-ca F]
+                   [--telemetry-buffer-bytes N] [-- server command...]
   tailor-agent check TABLE        validate and compile a table, print what the TCP layer applies
   tailor-agent cleanup --pin DIR [--cgroup PATH]
   tailor-agent bench lpm|conn [flags]   (see bench/agent/run.sh)
@@ -63,6 +64,9 @@ func runCmd(args []string) error {
 	fs.StringVar(&cfg.Pin, "pin", "", "private bpffs dir: pin maps and link so a restart keeps tuning")
 	fs.BoolVar(&cfg.FullAddress, "full-address", false, "report full client addresses instead of /24 or /64")
 	fs.StringVar(&cfg.Source, "source", "", "instance id in telemetry (default agent-<hostname>)")
+	fs.StringVar(&cfg.TablePubKey, "table-pubkey", "", "PEM file of Ed25519 public keys (PKIX); every table must carry a signature by one of them (URL: X-Tailor-Signature, file: PATH.sig)")
+	fs.StringVar(&cfg.ManagerCA, "manager-ca", "", "PEM CA bundle to verify https:// --table and --telemetry-url URLs (default: system roots)")
+	fs.IntVar(&cfg.TelemetryBufferBytes, "telemetry-buffer-bytes", 16<<20, "telemetry buffer bound in (estimated) encoded bytes")
 	fs.BoolVar(&cfg.NoTrackRate, "no-track-rate", false, "do not track the max delivery rate (RTT_CB)")
 	_ = fs.Parse(args)
 	if cfg.TelemetryOut != "" && cfg.TelemetryURL != "" {

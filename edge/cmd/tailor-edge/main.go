@@ -17,6 +17,7 @@ import (
 	"runtime/pprof"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tailor-project/tailor/edge/internal/edge"
 )
@@ -68,6 +69,14 @@ func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err 
 	fs.BoolVar(&c.Static, "static", false, "no per-connection selection: every connection gets the table default (benchmark baseline)")
 	fs.StringVar(&c.DeviceMap, "device-map", "", `JA4 -> device class JSON file (tailor.device-map/v1); unmapped clients are "unknown"`)
 	fs.BoolVar(&c.ConnRecords, "connection-records", true, `with --telemetry, also one kind "connection" record per TCP/QUIC connection at close (TCP_INFO / QUIC stats)`)
+	fs.DurationVar(&c.ReadHeaderTimeout, "read-header-timeout", 10*time.Second, "limit for the TLS handshake and the request headers")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", 60*time.Second, "limit for reading a whole request (headers and body)")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 60*time.Second, "a response write that makes no progress for this long closes the connection (slow readers)")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 120*time.Second, "keep-alive: close a connection idle for this long")
+	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", 30*time.Second, "--upstream: limit for the dial, the TLS handshake and the response headers each (then 504)")
+	fs.IntVar(&c.TelemetryBufferBytes, "telemetry-buffer-bytes", 16<<20, "telemetry buffer bound in (estimated) encoded bytes; beyond it records are dropped and counted")
+	fs.StringVar(&c.TablePubKey, "table-pubkey", "", "PEM file of Ed25519 public keys (PKIX); every table must carry a signature by one of them (URL: X-Tailor-Signature, file: PATH.sig)")
+	fs.StringVar(&c.ManagerCA, "manager-ca", "", "PEM CA bundle to verify https:// --table and --telemetry URLs (default: system roots)")
 	fs.StringVar(&prof, "cpuprofile", "", "write a pprof CPU profile (500 Hz) of the whole run to this file at shutdown (benchmarking)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -80,6 +89,15 @@ func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err 
 	}
 	if c.Poll < 0 {
 		return c, prof, fmt.Errorf("--poll %v: must not be negative", c.Poll)
+	}
+	for name, d := range map[string]time.Duration{"--read-header-timeout": c.ReadHeaderTimeout, "--read-timeout": c.ReadTimeout,
+		"--write-timeout": c.WriteTimeout, "--idle-timeout": c.IdleTimeout, "--upstream-timeout": c.UpstreamTimeout} {
+		if d <= 0 {
+			return c, prof, fmt.Errorf("%s %v: must be positive", name, d)
+		}
+	}
+	if c.TelemetryBufferBytes < 64<<10 {
+		return c, prof, fmt.Errorf("--telemetry-buffer-bytes %d: must be at least 65536", c.TelemetryBufferBytes)
 	}
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
 		return c, prof, fmt.Errorf("--listen %q: want HOST:PORT", c.Listen)
@@ -148,5 +166,7 @@ func run(cfg edge.Config, prof string) error {
 	if err := s.Serve(ln); err != nil {
 		return err
 	}
-	return <-closed
+	err = <-closed
+	log.Printf("tailor-edge: stopped: %v", s.Stats())
+	return err
 }

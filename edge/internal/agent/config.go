@@ -4,6 +4,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
 // Config is everything tailor-agent run takes.
@@ -21,6 +23,14 @@ type Config struct {
 	Token string
 	// TelemetryLimit bounds the HTTP buffer in records. Default 50000.
 	TelemetryLimit int
+	// TelemetryBufferBytes bounds the HTTP buffer in estimated encoded bytes. Default 16 MiB.
+	TelemetryBufferBytes int
+	// TablePubKey is a PEM file of Ed25519 public keys; every table must be
+	// signed by one of them. Default "": unsigned tables accepted (warned).
+	TablePubKey string
+	// ManagerCA is a PEM CA bundle for https:// table and telemetry URLs.
+	// Default "": the system roots.
+	ManagerCA string
 	// Source is the agent instance id in telemetry. Default "agent-<hostname>".
 	Source string
 	// FullAddress reports client_addr and a full-length client_prefix.
@@ -59,6 +69,7 @@ func (c *Config) defaults() {
 		host, _ := os.Hostname()
 		c.Source = "agent-" + host
 	}
+	c.Source = telemetry.SanitizeSource(c.Source)
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = "/sys/fs/cgroup/unified"
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/exec"
 	"syscall"
@@ -20,7 +21,12 @@ func NewSink(cfg *Config) (telemetry.Sink, io.Closer, error) {
 	cfg.defaults()
 	switch {
 	case cfg.TelemetryURL != "":
-		return &telemetry.HTTPSink{URL: cfg.TelemetryURL, Token: cfg.Token, Source: cfg.Source, Limit: cfg.TelemetryLimit}, io.NopCloser(nil), nil
+		client, err := rules.ManagerClient(cfg.ManagerCA)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: --manager-ca: %v", ErrAgent, err)
+		}
+		return &telemetry.HTTPSink{URL: cfg.TelemetryURL, Token: cfg.Token, Source: cfg.Source, Limit: cfg.TelemetryLimit,
+			LimitBytes: cfg.TelemetryBufferBytes, Client: client, Log: log.New(cfg.Log, "tailor-agent: ", 0)}, io.NopCloser(nil), nil
 	case cfg.TelemetryOut == "-":
 		return telemetry.NewLineSink(os.Stdout, cfg.Source), io.NopCloser(nil), nil
 	case cfg.TelemetryOut != "":
@@ -31,6 +37,23 @@ func NewSink(cfg *Config) (telemetry.Sink, io.Closer, error) {
 		return telemetry.NewLineSink(f, cfg.Source), f, nil
 	}
 	return nil, io.NopCloser(nil), nil
+}
+
+// NewSource is the table source of cfg: bearer token, --manager-ca and
+// --table-pubkey applied.
+func NewSource(cfg *Config) (*rules.Source, error) {
+	cfg.defaults()
+	client, err := rules.ManagerClient(cfg.ManagerCA)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --manager-ca: %v", ErrAgent, err)
+	}
+	src := &rules.Source{Loc: cfg.Table, Client: client, Token: cfg.Token}
+	if cfg.TablePubKey != "" {
+		if src.Keys, err = rules.LoadTableKeys(cfg.TablePubKey); err != nil {
+			return nil, fmt.Errorf("%w: --table-pubkey: %v", ErrAgent, err)
+		}
+	}
+	return src, nil
 }
 
 // discard is the sink when telemetry is off: events are still drained so
@@ -72,9 +95,15 @@ func Run(ctx context.Context, cfg Config, argv []string) error {
 // Start installs the first table, then reads events into sink and polls
 // the table source in the background until stop is called.
 func (a *Agent) Start(ctx context.Context, sink telemetry.Sink) (stop func(), err error) {
-	src := &rules.Source{Loc: a.cfg.Table}
+	src, err := NewSource(&a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := a.firstTable(ctx, src); err != nil {
 		return nil, err
+	}
+	if a.cfg.Table != "" && len(src.Keys) == 0 {
+		fmt.Fprintf(a.cfg.Log, "tailor-agent: warning: no --table-pubkey: tables from %s are accepted unsigned\n", a.cfg.Table)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

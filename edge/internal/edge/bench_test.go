@@ -37,7 +37,7 @@ func BenchmarkDecide(b *testing.B) {
 		Extensions: []uint16{0, 16, 13, 43, 51}, SupportedVersions: []uint16{0x0304, 0x0303}, SupportedProtos: []string{"h2"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = classify(hello, plan, nil, true)
+		_ = classify(hello, plan, nil, true, nil)
 	}
 }
 
@@ -126,7 +126,7 @@ func decideLatency(b *testing.B, table *rules.Table) {
 	for b.Loop() {
 		_ = unix.Getrusage(unix.RUSAGE_THREAD, &before)
 		t0 := time.Now()
-		st := classify(hello, plan, devices, true) // with the JA3: an upper bound of the served path
+		st := classify(hello, plan, devices, true, nil) // with the JA3: an upper bound of the served path
 		d := time.Since(t0).Nanoseconds()
 		_ = unix.Getrusage(unix.RUSAGE_THREAD, &after)
 		if st.Conf == nil {

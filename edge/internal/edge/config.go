@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
 // Sentinel errors; wrapped with a short lowercase prefix.
@@ -41,10 +43,17 @@ type Config struct {
 	Static       bool          // no per-connection selection: every connection gets the table default (benchmark baseline); default false
 	ConnRecords  bool          // with Telemetry, one "connection" record per TCP/QUIC connection at close; default true (set in main)
 
-	ReadHeaderTimeout time.Duration // default 10s
-	IdleTimeout       time.Duration // default 120s
-	MaxHeaderBytes    int           // HTTP/1 header bound; default 64 KiB (HTTP/2: see max_header_list_size)
-	MaxBeaconBytes    int64         // beacon body bound; default 16 KiB
+	ReadHeaderTimeout time.Duration // request headers (and the TLS handshake); default 10s
+	ReadTimeout       time.Duration // a whole request, body included; default 60s
+	WriteTimeout      time.Duration // per write: a response write that makes no progress for this long cuts the connection; default 60s
+	IdleTimeout       time.Duration // keep-alive; default 120s
+	UpstreamTimeout   time.Duration // --upstream: dial, TLS handshake and response headers each; default 30s (then 504)
+
+	TelemetryBufferBytes int    // telemetry buffer bound in estimated encoded bytes; default 16 MiB
+	TablePubKey          string // PEM file of Ed25519 public keys; tables must be signed by one. Default "" (unsigned accepted, warned)
+	ManagerCA            string // PEM CA bundle for https:// table and telemetry URLs; default "" (system roots)
+	MaxHeaderBytes       int    // HTTP/1 header bound; default 64 KiB (HTTP/2: see max_header_list_size)
+	MaxBeaconBytes       int64  // beacon body bound; default 16 KiB
 }
 
 func (c *Config) withDefaults() Config {
@@ -58,6 +67,9 @@ func (c *Config) withDefaults() Config {
 	set(&d.Flush, 2*time.Second)
 	set(&d.ReadHeaderTimeout, 10*time.Second)
 	set(&d.IdleTimeout, 120*time.Second)
+	set(&d.ReadTimeout, 60*time.Second)
+	set(&d.WriteTimeout, 60*time.Second)
+	set(&d.UpstreamTimeout, 30*time.Second)
 	if d.Listen == "" {
 		d.Listen = "127.0.0.1:8443"
 	}
@@ -81,6 +93,9 @@ func (c *Config) check() error {
 		return fmt.Errorf("%w: give either --cert/--key or --self-signed", ErrConfig)
 	case (c.CertFile == "") != (c.KeyFile == ""):
 		return fmt.Errorf("%w: --cert and --key go together", ErrConfig)
+	}
+	if err := telemetry.CheckSource(c.Source); err != nil {
+		return fmt.Errorf("%w: telemetry source: %v", ErrConfig, err)
 	}
 	return nil
 }

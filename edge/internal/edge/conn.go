@@ -13,6 +13,7 @@ import (
 
 	"github.com/tailor-project/tailor/edge/internal/edge/tlsfp"
 	"github.com/tailor-project/tailor/edge/internal/rules"
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
 // Conn is an accepted TCP connection; the handshake stores its state.
@@ -71,7 +72,7 @@ func (l listener) Accept() (net.Conn, error) {
 func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	start := time.Now()
 	plan := s.plan.Load()
-	st := classify(h, plan, s.devices, s.OnDecision != nil)
+	st := classify(h, plan, s.devices, s.OnDecision != nil, &s.Sanitized)
 	st.DecideNs = time.Since(start).Nanoseconds()
 	c, ok := h.Conn.(*Conn)
 	if !ok {
@@ -104,15 +105,45 @@ func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 }
 
 // classify fingerprints, resolves and samples; ja3: also compute the JA3.
-func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap, ja3 bool) *ConnState {
+// What the client wrote (the SNI) is sanitised first (san counts it).
+func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap, ja3 bool, san *SanitizeStats) *ConnState {
 	addr := remoteAddr(h.Conn)
-	st := &ConnState{Addr: addr, SNI: h.ServerName, JA4: tlsfp.JA4(h), TableVersion: plan.Table.Version}
+	st := &ConnState{Addr: addr, SNI: san.sni(h.ServerName), JA4: san.fingerprint(tlsfp.JA4(h)), TableVersion: plan.Table.Version}
 	if ja3 {
 		st.JA3 = tlsfp.JA3(h)
 	}
 	st.Device = devices.Device(st.JA4)
-	st.Decision = plan.Decide(rules.Conn{Addr: addr, SNI: h.ServerName, Device: st.Device}, rand.Float64(), rand.Float64())
+	st.Decision = plan.Decide(rules.Conn{Addr: addr, SNI: st.SNI, Device: st.Device}, rand.Float64(), rand.Float64())
 	return st
+}
+
+// SanitizeStats counts client-supplied strings the edge ignored because
+// they break the telemetry schema's bounds (spec/telemetry.schema.json):
+// such an SNI is treated as absent for rule matching and telemetry.
+type SanitizeStats struct {
+	SNI         atomic.Int64 // longer than 253 bytes or not [A-Za-z0-9._-]
+	Fingerprint atomic.Int64 // JA4 not printable ASCII of at most 128 bytes (cannot happen: computed here)
+}
+
+// sni returns name, or "" (counted) when it is not a plain DNS name.
+func (san *SanitizeStats) sni(name string) string {
+	if name == "" || telemetry.ValidSNI(name) {
+		return name
+	}
+	if san != nil {
+		san.SNI.Add(1)
+	}
+	return ""
+}
+
+func (san *SanitizeStats) fingerprint(fp string) string {
+	if telemetry.ValidToken(fp, telemetry.MaxFingerprnt) {
+		return fp
+	}
+	if san != nil {
+		san.Fingerprint.Add(1)
+	}
+	return ""
 }
 
 // tcpInfoRTT is the kernel's RTT estimate (TCP_INFO tcpi_rtt) in ms; read

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
 // DeviceMapSchema is the "schema" value of a device map file.
@@ -98,6 +100,9 @@ func ParseDeviceMap(data []byte) (*DeviceMap, error) {
 			}
 			if v == "" || v == UnknownDevice {
 				return fmt.Errorf("device map field %s[%q]: device class must be a non-empty name other than %q", field, k, UnknownDevice)
+			}
+			if !telemetry.ValidToken(v, telemetry.MaxDevice) {
+				return fmt.Errorf("device map field %s[%q]: device class %q is not printable ASCII (no spaces) of at most %d bytes", field, k, v, telemetry.MaxDevice)
 			}
 		}
 		return nil

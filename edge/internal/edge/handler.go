@@ -2,16 +2,18 @@ package edge
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path"
-	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -36,8 +38,16 @@ func (s *Server) handler() (http.Handler, error) {
 }
 
 // content serves files under Root and proxies everything else to Upstream.
+// Files are read through an os.Root: no path (symlinks included) can
+// reach outside Root, and no path with a component starting with "."
+// (.git/config, .env) is served.
 func (s *Server) content() (http.Handler, error) {
-	files := drainBody(http.FileServer(http.Dir(s.cfg.Root)))
+	root, err := os.OpenRoot(s.cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --root: %v", ErrConfig, err)
+	}
+	s.root = root
+	files := drainBody(http.FileServerFS(noDotFS{root.FS()}))
 	if s.cfg.Upstream == "" {
 		return files, nil
 	}
@@ -46,6 +56,16 @@ func (s *Server) content() (http.Handler, error) {
 		return nil, fmt.Errorf("%w: --upstream %q is not a URL", ErrConfig, s.cfg.Upstream)
 	}
 	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.Transport = upstreamTransport(s.cfg.UpstreamTimeout)
+	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		code := http.StatusBadGateway
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+			code = http.StatusGatewayTimeout
+		}
+		s.Log.Printf("edge: upstream %s %s: %v", r.Method, r.URL.Path, err)
+		w.WriteHeader(code)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.inRoot(r.URL.Path) {
 			files.ServeHTTP(w, r)
@@ -53,6 +73,70 @@ func (s *Server) content() (http.Handler, error) {
 		}
 		proxy.ServeHTTP(w, r)
 	}), nil
+}
+
+// upstreamTransport bounds each step of a proxied request by d: dial, TLS
+// handshake, and the wait for the response headers (a hanging upstream
+// gives 504 after d). The body then streams without a total limit.
+func upstreamTransport(d time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // the upstream is addressed directly
+		DialContext:           (&net.Dialer{Timeout: d, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   d,
+		ResponseHeaderTimeout: d,
+		ExpectContinueTimeout: time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   64,
+		ForceAttemptHTTP2:     true,
+	}
+}
+
+// hiddenPath: some component of the slash path p starts with "." (the
+// root itself, ".", is not hidden).
+func hiddenPath(p string) bool {
+	for part := range strings.SplitSeq(p, "/") {
+		if strings.HasPrefix(part, ".") && part != "." {
+			return true
+		}
+	}
+	return false
+}
+
+// noDotFS hides every name starting with "." (open and directory listings).
+type noDotFS struct{ fs.FS }
+
+func (f noDotFS) Open(name string) (fs.File, error) {
+	if hiddenPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	file, err := f.FS.Open(name)
+	if err != nil {
+		if !errors.Is(err, fs.ErrPermission) { // e.g. os.Root's "path escapes from parent": a 404, not a 500
+			err = &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+		}
+		return nil, err
+	}
+	if d, ok := file.(fs.ReadDirFile); ok {
+		if st, err := file.Stat(); err == nil && st.IsDir() {
+			return noDotDir{d}, nil
+		}
+	}
+	return file, nil
+}
+
+type noDotDir struct{ fs.ReadDirFile }
+
+func (d noDotDir) ReadDir(n int) ([]fs.DirEntry, error) {
+	entries, err := d.ReadDirFile.ReadDir(n)
+	return slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return strings.HasPrefix(e.Name(), ".") }), err
+}
+
+// Seek and ReadAt reach the os.File below (http.ServeContent needs Seek).
+func (d noDotDir) Seek(offset int64, whence int) (int64, error) {
+	if sk, ok := d.ReadDirFile.(io.Seeker); ok {
+		return sk.Seek(offset, whence)
+	}
+	return 0, errors.New("edge: seek not supported")
 }
 
 // maxDrain bounds the request body read (and discarded) before a static
@@ -72,15 +156,26 @@ func drainBody(next http.Handler) http.Handler {
 	})
 }
 
+// inRoot: p names a file the static root serves (through the os.Root, so
+// a symlink out of Root is not in it; dot paths are not either).
 func (s *Server) inRoot(p string) bool {
-	_, err := os.Stat(filepath.Join(s.cfg.Root, filepath.FromSlash(path.Clean("/"+p))))
+	clean := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if clean == "" {
+		clean = "."
+	}
+	if hiddenPath(clean) {
+		return false
+	}
+	_, err := s.root.Stat(clean)
 	return err == nil
 }
 
 // measure times each response and reports it (kind "response").
 func (s *Server) measure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &responseRecorder{ResponseWriter: w, start: time.Now(), inject: s.cfg.InjectBeacon}
+		rec := &responseRecorder{ResponseWriter: w, start: time.Now(), inject: s.cfg.InjectBeacon, writeTimeout: s.cfg.WriteTimeout}
+		rec.rc = http.NewResponseController(w)
+		rec.extendDeadline(rec.start)
 		next.ServeHTTP(rec, r)
 		rec.finish()
 		if s.sink != nil {
@@ -100,6 +195,24 @@ type responseRecorder struct {
 	bytes        int64
 	inject, html bool
 	wroteHeader  bool
+
+	rc           *http.ResponseController
+	writeTimeout time.Duration // per-write deadline (0 = none)
+	deadlineSet  time.Time     // when the write deadline was last moved
+}
+
+// extendDeadline moves the connection's (HTTP/1) or stream's (h2) write
+// deadline to now+writeTimeout, so a write that makes no progress for that
+// long fails and the connection is cut (slow or stalled readers), while a
+// long download that progresses is never cut. To keep this cheap it moves
+// the deadline only when 1/16 of the timeout has passed since the last
+// move. HTTP/3 has no write deadlines (the error is ignored).
+func (w *responseRecorder) extendDeadline(now time.Time) {
+	if w.writeTimeout <= 0 || now.Sub(w.deadlineSet) < w.writeTimeout/16 {
+		return
+	}
+	w.deadlineSet = now
+	_ = w.rc.SetWriteDeadline(now.Add(w.writeTimeout))
 }
 
 func (w *responseRecorder) WriteHeader(code int) {
@@ -118,9 +231,11 @@ func (w *responseRecorder) Write(b []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
+	now := time.Now()
 	if w.first.IsZero() {
-		w.first = time.Now()
+		w.first = now
 	}
+	w.extendDeadline(now)
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err

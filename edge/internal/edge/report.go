@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"net/http"
 	"os"
@@ -36,7 +37,7 @@ func (s *Server) stateRecord(st *ConnState, kind string) telemetry.Record {
 		ConfigID: st.Config, Probability: telemetry.Ptr(st.P), TableVersion: st.TableVersion, Holdback: telemetry.Ptr(st.Holdback),
 		SNI: st.SNI, TLSFingerprint: st.JA4}
 	if s.cfg.FullAddress && st.Addr.IsValid() {
-		rec.ClientAddr = st.Addr.String()
+		rec.ClientAddr = st.Addr.WithZone("").String() // a zone would break the 45-character bound
 	}
 	rec.Device = st.Device
 	if st.HandshakeRTT > 0 {
@@ -55,7 +56,7 @@ func (s *Server) responseRecord(r *http.Request, w *responseRecorder) telemetry.
 
 // newSink is the telemetry destination of --telemetry: none, JSON lines on
 // stdout ("-"), or batched POSTs to the manager with the bearer token.
-func newSink(cfg Config) telemetry.Sink {
+func newSink(cfg Config, client *http.Client, logger *log.Logger) telemetry.Sink {
 	switch cfg.Telemetry {
 	case "":
 		return nil
@@ -64,9 +65,11 @@ func newSink(cfg Config) telemetry.Sink {
 		if out == nil {
 			out = os.Stdout
 		}
-		return telemetry.NewLineSink(out, cfg.Source)
+		ls := telemetry.NewLineSink(out, cfg.Source)
+		ls.LimitBytes = cfg.TelemetryBufferBytes
+		return ls
 	}
-	return &telemetry.HTTPSink{URL: cfg.Telemetry, Token: cfg.Token, Source: cfg.Source}
+	return &telemetry.HTTPSink{URL: cfg.Telemetry, Token: cfg.Token, Source: cfg.Source, LimitBytes: cfg.TelemetryBufferBytes, Client: client, Log: logger}
 }
 
 // flushEvery ships buffered telemetry every period until ctx ends.
@@ -80,6 +83,50 @@ func flushEvery(ctx context.Context, sink telemetry.Sink, every time.Duration, l
 		case <-t.C:
 			if err := sink.Flush(ctx); err != nil {
 				logger.Printf("edge: %v", err)
+			}
+		}
+	}
+}
+
+// Stats is a snapshot of the edge's counters (logged every StatsEvery when
+// they change, and at shutdown).
+type Stats struct {
+	TableVersion     int64 // applied
+	TablesRefused    int64
+	SNIIgnored       int64 // client SNIs out of the schema's bounds, treated as absent
+	SocketApplied    int64
+	SocketFailed     int64
+	TelemetryDropped int64 // records lost (buffer bound, invalid, refused by the manager)
+}
+
+func (st Stats) String() string {
+	return fmt.Sprintf("table_version=%d tables_refused=%d sni_ignored=%d socket_applied=%d socket_failed=%d telemetry_dropped=%d",
+		st.TableVersion, st.TablesRefused, st.SNIIgnored, st.SocketApplied, st.SocketFailed, st.TelemetryDropped)
+}
+
+// Stats returns the current counters.
+func (s *Server) Stats() Stats {
+	st := Stats{TableVersion: s.Plan().Table.Version, TablesRefused: s.refused.Load(), SNIIgnored: s.Sanitized.SNI.Load(),
+		SocketApplied: s.Socket.Applied.Load(), SocketFailed: s.Socket.Failed.Load()}
+	if s.sink != nil {
+		st.TelemetryDropped = s.sink.Dropped()
+	}
+	return st
+}
+
+// logStats logs the counters every period while they change, until ctx ends.
+func (s *Server) logStats(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last Stats
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if st := s.Stats(); st != last {
+				s.Log.Printf("edge: stats: %v", st)
+				last = st
 			}
 		}
 	}

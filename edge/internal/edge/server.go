@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,8 +31,13 @@ type Server struct {
 	plan   atomic.Pointer[Plan]
 	tables *rules.Source
 	sink   telemetry.Sink // nil without --telemetry
+	root   *os.Root       // --root, opened once (handler.go)
+	client *http.Client   // to the manager: tables and telemetry (--manager-ca)
+
+	refused atomic.Int64 // tables refused (tables.go)
 
 	Socket     SocketStats                  // setsockopt outcomes
+	Sanitized  SanitizeStats                // client strings ignored (SNI out of bounds)
 	OnDecision func(c *Conn, st *ConnState) // test hook after the socket knobs; default nil
 	Log        *log.Logger                  // default: log.Default()
 
@@ -60,6 +66,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, reg: reg, Log: log.Default()}
+	if s.client, err = rules.ManagerClient(cfg.ManagerCA); err != nil {
+		return nil, fmt.Errorf("%w: --manager-ca: %v", ErrConfig, err)
+	}
 	if cfg.DeviceMap != "" {
 		if s.devices, err = LoadDeviceMap(cfg.DeviceMap); err != nil {
 			return nil, err
@@ -74,7 +83,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.setupTables(); err != nil {
 		return nil, err
 	}
-	s.sink = newSink(cfg)
+	s.sink = newSink(cfg, s.client, s.Log)
 	return s, nil
 }
 
@@ -96,10 +105,13 @@ func (s *Server) setupHTTP() error {
 	s.h1 = &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
-		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-		ConnContext:       connContext,
-		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){"h2": s.serveH2},
+		// no WriteTimeout: it would cap every response's total time (a big
+		// download on a slow link); handler.go sets a per-write deadline.
+		MaxHeaderBytes: s.cfg.MaxHeaderBytes,
+		ConnContext:    connContext,
+		TLSNextProto:   map[string]func(*http.Server, *tls.Conn, http.Handler){"h2": s.serveH2},
 	}
 	return nil
 }
@@ -186,7 +198,12 @@ func (s *Server) Close() error {
 	}
 	s.wg.Wait()
 	if s.sink != nil {
-		_ = s.sink.Flush(context.Background())
+		ctx, cancel := context.WithTimeout(telemetry.Final(context.Background()), 10*time.Second)
+		_ = s.sink.Flush(ctx)
+		cancel()
+	}
+	if s.root != nil {
+		_ = s.root.Close()
 	}
 	return err
 }
@@ -198,6 +215,7 @@ func (s *Server) startBackground(ctx context.Context) {
 	if s.sink != nil {
 		s.wg.Go(func() { flushEvery(ctx, s.sink, s.cfg.Flush, s.Log) })
 	}
+	s.wg.Go(func() { s.logStats(ctx, time.Minute) })
 }
 
 // SetOnQUICDecision installs a hook called when a QUIC handshake completes

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,15 +13,33 @@ func (s *Server) setupTables() error {
 	if s.cfg.Table == "" {
 		return s.install(defaultTable(s.reg))
 	}
-	s.tables = &rules.Source{Loc: s.cfg.Table}
-	return s.Reload(context.Background())
+	s.tables = &rules.Source{Loc: s.cfg.Table, Client: s.client, Token: s.cfg.Token}
+	if s.cfg.TablePubKey != "" {
+		keys, err := rules.LoadTableKeys(s.cfg.TablePubKey)
+		if err != nil {
+			return fmt.Errorf("%w: --table-pubkey: %v", ErrConfig, err)
+		}
+		s.tables.Keys = keys
+	}
+	if err := s.Reload(context.Background()); err != nil {
+		return err
+	}
+	if s.cfg.TablePubKey == "" {
+		s.Log.Printf("edge: warning: no --table-pubkey: tables from %s are accepted unsigned", s.cfg.Table)
+	}
+	return nil
 }
 
-// Reload fetches the table; an invalid or unreachable table leaves the
-// last good one in force and returns the error (a *rules.FieldError inside).
+// Reload fetches the table; an invalid, unsigned (with --table-pubkey) or
+// unreachable table leaves the last good one in force and returns the
+// error (a *rules.FieldError inside for an invalid one). A refused table
+// is reported once: the source does not return the same body again.
 func (s *Server) Reload(ctx context.Context) error {
 	data, err := s.tables.Fetch(ctx)
 	if err != nil {
+		if errors.Is(err, rules.ErrRefused) {
+			s.refused.Add(1)
+		}
 		return fmt.Errorf("%w: %s: %w", ErrTable, s.cfg.Table, err)
 	}
 	if data == nil {
@@ -33,10 +52,15 @@ func (s *Server) Reload(ctx context.Context) error {
 func (s *Server) LoadTable(data []byte) error {
 	t, err := rules.Parse(data, s.reg)
 	if err != nil {
+		s.refused.Add(1)
 		return fmt.Errorf("%w: rejected: %w", ErrTable, err)
 	}
 	return s.install(t)
 }
+
+// TablesRefused is the number of tables refused so far (invalid, unsigned
+// or badly signed with --table-pubkey, too large).
+func (s *Server) TablesRefused() int64 { return s.refused.Load() }
 
 func (s *Server) install(t *rules.Table) error {
 	p := provision(t, s.reg, s.base, s.h1)
@@ -46,6 +70,7 @@ func (s *Server) install(t *rules.Table) error {
 		}
 	}
 	s.plan.Store(p)
+	s.Log.Printf("edge: applied table version %d (%d configs, %d groups, %d rules)", t.Version, len(t.Configs), len(t.Groups), len(t.Rules))
 	return nil
 }
 

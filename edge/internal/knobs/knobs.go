@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -126,6 +127,9 @@ func (k *Knob) Check(value any) error {
 	default:
 		n, ok := Int(value)
 		if !ok {
+			if bigIntLiteral(value) { // an integer, just beyond int64 (Python's ints are unbounded)
+				return fmt.Errorf("knob '%s': value %s is outside [%d, %d]", k.Name, value, k.Bounds[0], k.Bounds[1])
+			}
 			return fmt.Errorf("knob '%s': value %s is not an integer", k.Name, pyRepr(value))
 		}
 		if n < k.Bounds[0] || n > k.Bounds[1] {
@@ -173,6 +177,17 @@ func Int(v any) (int64, bool) {
 		return i, err == nil
 	}
 	return 0, false
+}
+
+// bigIntLiteral: a json.Number integer literal (digits, optional minus)
+// too large for int64.
+func bigIntLiteral(v any) bool {
+	n, ok := v.(json.Number)
+	if !ok {
+		return false
+	}
+	s := strings.TrimPrefix(string(n), "-")
+	return s != "" && len(s) <= 4096 && strings.Trim(s, "0123456789") == ""
 }
 
 // Normalize turns json.Number integers into int64 so values compare with ==.

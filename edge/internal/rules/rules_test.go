@@ -76,6 +76,7 @@ func TestInvalidVectors(t *testing.T) {
 			Field    string          `json:"field"`
 			Contains string          `json:"contains"`
 			Table    json.RawMessage `json:"table"`
+			Raw      *string         `json:"raw"`
 		} `json:"cases"`
 	}
 	readVectors(t, "invalid.json", &v)
@@ -87,7 +88,14 @@ func TestInvalidVectors(t *testing.T) {
 	for _, name := range names {
 		c := v.Cases[name]
 		t.Run(name, func(t *testing.T) {
-			_, err := Parse(c.Table, registry(t))
+			doc := []byte(c.Table)
+			if c.Raw != nil {
+				doc = []byte(*c.Raw)
+			}
+			if len(doc) == 0 {
+				t.Fatal("case has neither table nor raw")
+			}
+			_, err := Parse(doc, registry(t))
 			var fe *FieldError
 			if !errors.As(err, &fe) || !errors.Is(err, ErrInvalidTable) {
 				t.Fatalf("want a *FieldError, got %v", err)
@@ -141,6 +149,14 @@ func TestParseExtraCases(t *testing.T) {
 		{"not json", "{", "(root)", "not JSON"},
 		{"missing rules", `"rules"`, "(root)", "'rules' is a required property"},
 		{"p zero", `"p": 0.25`, "groups[0].choices[1].p", "less than or equal to the minimum"},
+		{"trailing data", "trailing", "(root)", "not JSON"},
+		{"bare address", `"10.0.0.0/8"|"10.0.0.0"`, "rules[0].prefix", "is not a canonical prefix (write '10.0.0.0/32')"},
+		{"garbage prefix", `"10.0.0.0/8"|"nope/8"`, "rules[0].prefix", "'nope/8' does not appear to be an IPv4 or IPv6 network"},
+		{"netmask host bits", `"10.0.0.0/8"|"10.0.0.1/255.0.0.0"`, "rules[0].prefix", "has host bits set"},
+		{"float version", `"version": 7|"version": 1e20`, "version", "greater than the maximum of 9007199254740991"},
+		{"fractional version", `"version": 7|"version": 7.5`, "version", "is not of type 'integer'"},
+		{"generated_at 1e999", `"generated_at": 1795000000.0|"generated_at": 1e999`, "generated_at", "greater than the maximum"},
+		{"device control", `"device": "android"|"device": "a\u001b[31m"`, "rules[2].device", `'a\x1b[31m' does not match`},
 	}
 	var v resolveVectors
 	readVectors(t, "resolve.json", &v)
@@ -150,10 +166,19 @@ func TestParseExtraCases(t *testing.T) {
 			switch c.mutate {
 			case "{":
 				doc = "{"
+			case "trailing":
+				doc += " {}"
 			case `"rules"`:
 				doc = strings.Replace(doc, `"rules"`, `"rulez"`, 1)
 			default:
-				doc = strings.Replace(doc, c.mutate, `"p": 0`, 1)
+				if from, to, ok := strings.Cut(c.mutate, "|"); ok {
+					if !strings.Contains(doc, from) {
+						t.Fatalf("resolve.json has no %s", from)
+					}
+					doc = strings.Replace(doc, from, to, 1)
+				} else {
+					doc = strings.Replace(doc, c.mutate, `"p": 0`, 1)
+				}
 			}
 			_, err := Parse([]byte(doc), registry(t))
 			if err == nil || !strings.Contains(err.Error(), "field "+c.field) || !strings.Contains(err.Error(), c.contains) {

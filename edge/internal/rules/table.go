@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/tailor-project/tailor/edge/internal/knobs"
@@ -77,6 +79,9 @@ func Parse(data []byte, reg *knobs.Registry) (*Table, error) {
 	if err := d.Decode(&doc); err != nil {
 		return nil, &FieldError{Field: "(root)", Reason: "not JSON: " + err.Error()}
 	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, &FieldError{Field: "(root)", Reason: "not JSON: data after the document"}
+	}
 	if err := checkSchema(doc); err != nil {
 		return nil, err
 	}
@@ -129,24 +134,74 @@ func ruleFromDoc(m obj, i int) (Rule, error) {
 	return r, nil
 }
 
-// parsePrefix accepts what Python's ipaddress.ip_network(strict=True) does
-// for CIDR text: host bits must be zero; a bare address is a full prefix.
+// parsePrefix accepts a prefix in canonical spelling only: what
+// netip.Prefix.String (and Python's str(ip_network)) prints, with the host
+// bits zero. Python's ipaddress also reads netmask notation
+// ("10.0.0.0/255.0.0.0"), leading zeros ("/08"), zones ("fe80::%eth0/64"),
+// upper-case IPv6 and bare addresses; those are refused with the canonical
+// spelling to write instead (tailor.table._network has the same rule).
 func parsePrefix(s string) (netip.Prefix, error) {
-	if !strings.Contains(s, "/") {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("'%s' does not appear to be an IPv4 or IPv6 network", s)
-		}
-		return netip.PrefixFrom(a, a.BitLen()), nil
+	if len(s) > maxPrefixChars { // checked by the schema too; never parse a long string
+		return netip.Prefix{}, fmt.Errorf("%s is too long", short(s))
 	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("'%s' does not appear to be an IPv4 or IPv6 network", s)
+	p, ok := lenientPrefix(s)
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("%s does not appear to be an IPv4 or IPv6 network", short(s))
 	}
 	if p.Masked() != p {
-		return netip.Prefix{}, fmt.Errorf("%s has host bits set", s)
+		return netip.Prefix{}, fmt.Errorf("%s has host bits set", short(s))
+	}
+	if p.String() != s {
+		return netip.Prefix{}, fmt.Errorf("%s is not a canonical prefix (write '%s')", short(s), p)
 	}
 	return p, nil
+}
+
+// lenientPrefix reads the spellings Python's ip_network accepts (zone
+// dropped), so a non-canonical prefix gets its canonical form in the error.
+func lenientPrefix(s string) (netip.Prefix, bool) {
+	addrText, bitsText, hasBits := strings.Cut(s, "/")
+	if i := strings.IndexByte(addrText, '%'); i >= 0 {
+		addrText = addrText[:i]
+	}
+	a, err := netip.ParseAddr(addrText)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	bits := a.BitLen()
+	if hasBits {
+		var ok bool
+		if bits, ok = maskBits(bitsText, a); !ok {
+			return netip.Prefix{}, false
+		}
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, bits), p.IsValid()
+}
+
+// maskBits reads a prefix length: decimal digits (leading zeros allowed)
+// or, for IPv4, a dotted netmask.
+func maskBits(t string, a netip.Addr) (int, bool) {
+	if t != "" && len(t) <= 3 && strings.Trim(t, "0123456789") == "" {
+		n, _ := strconv.Atoi(t)
+		return n, n <= a.BitLen()
+	}
+	m, err := netip.ParseAddr(t)
+	if err != nil || !a.Is4() || !m.Is4() {
+		return 0, false
+	}
+	b := m.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	ones := 0
+	for ; ones < 32 && v&(1<<(31-ones)) != 0; ones++ {
+	}
+	if v<<ones != 0 {
+		return 0, false
+	}
+	return ones, true
 }
 
 func (t *Table) check(reg *knobs.Registry) error {

@@ -1,0 +1,210 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// manager is a fake telemetry endpoint answering codes[i] to the i-th POST
+// (the last code afterwards) and keeping the batches it accepted.
+type manager struct {
+	mu       sync.Mutex
+	codes    []int
+	header   http.Header
+	posts    int
+	accepted []Batch
+}
+
+func (m *manager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	code := m.codes[min(m.posts, len(m.codes)-1)]
+	m.posts++
+	var b Batch
+	if err := json.NewDecoder(r.Body).Decode(&b); err != nil || b.Validate() != nil {
+		code = http.StatusBadRequest
+	}
+	for k, v := range m.header {
+		w.Header()[k] = v
+	}
+	if code == http.StatusAccepted {
+		m.accepted = append(m.accepted, b)
+	}
+	w.WriteHeader(code)
+}
+
+func (m *manager) snapshot() (posts int, accepted []Batch) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.posts, append([]Batch(nil), m.accepted...)
+}
+
+func quietSink(url string) (*HTTPSink, *bytes.Buffer) {
+	var logBuf bytes.Buffer
+	return &HTTPSink{URL: url, Source: "edge-t", Log: log.New(&logBuf, "", 0)}, &logBuf
+}
+
+// TestHTTPSinkRefusedBatchIsDropped: a 400 is final: the batch is dropped
+// and counted, the next records are delivered, and the next batch reports
+// the drop in "dropped" (no wedge on a poisoned batch).
+func TestHTTPSinkRefusedBatchIsDropped(t *testing.T) {
+	m := &manager{codes: []int{http.StatusBadRequest, http.StatusAccepted}}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	s, logs := quietSink(srv.URL)
+	s.Add(connRecord())
+	s.Add(connRecord())
+	if err := s.Flush(context.Background()); err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("flush answered 400: err %v", err)
+	}
+	if s.Dropped() != 2 || s.Stats().Refused != 2 || s.Stats().Pending != 0 {
+		t.Fatalf("after 400: Dropped %d, stats %+v; want 2 dropped, none pending", s.Dropped(), s.Stats())
+	}
+	s.Add(connRecord())
+	if err := s.Flush(context.Background()); err != nil { // no backoff after a refusal
+		t.Fatal(err)
+	}
+	_, acc := m.snapshot()
+	var recs, dropped int64
+	for _, b := range acc {
+		recs += int64(len(b.Records))
+		dropped += *b.Dropped
+	}
+	if recs != 1 || dropped != 2 {
+		t.Fatalf("accepted %d records with dropped=%d reported, want the later record and dropped=2", recs, dropped)
+	}
+	if !strings.Contains(logs.String(), "dropped 2 records") {
+		t.Errorf("refusal not logged: %q", logs.String())
+	}
+}
+
+// TestHTTPSinkRetries503WithBackoff: a 503 keeps the records; the next
+// flush inside the backoff sends nothing; after it the batch is delivered.
+// Retry-After stretches the backoff.
+func TestHTTPSinkRetries503WithBackoff(t *testing.T) {
+	m := &manager{codes: []int{http.StatusServiceUnavailable, http.StatusAccepted}}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	s, _ := quietSink(srv.URL)
+	s.Add(connRecord())
+	if err := s.Flush(context.Background()); err == nil {
+		t.Fatal("503 must be reported")
+	}
+	if d := time.Until(s.next); d < 200*time.Millisecond || d > 600*time.Millisecond {
+		t.Errorf("first backoff %v, want 0.25-0.5 s", d)
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if posts, _ := m.snapshot(); posts != 1 {
+		t.Fatalf("%d posts during the backoff, want 1", posts)
+	}
+	time.Sleep(time.Until(s.next) + 10*time.Millisecond)
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if posts, acc := m.snapshot(); posts != 2 || len(acc) != 1 || len(acc[0].Records) != 1 || *acc[0].Dropped != 0 {
+		t.Fatalf("posts %d accepted %+v: want the retried batch delivered, nothing dropped", posts, acc)
+	}
+
+	// Retry-After and 429
+	m2 := &manager{codes: []int{http.StatusTooManyRequests}, header: http.Header{"Retry-After": {"3"}}}
+	srv2 := httptest.NewServer(m2)
+	defer srv2.Close()
+	s2, _ := quietSink(srv2.URL)
+	s2.Add(connRecord())
+	_ = s2.Flush(context.Background())
+	if d := time.Until(s2.next); d < 2500*time.Millisecond || d > 3*time.Second {
+		t.Errorf("backoff after Retry-After: 3 is %v", d)
+	}
+	if s2.Stats().Pending != 1 || s2.Dropped() != 0 {
+		t.Errorf("429 must keep the record: %+v", s2.Stats())
+	}
+}
+
+// TestHTTPSinkCredentialErrorIsKeptAndLogged: 401/403 are retried, never
+// dropped, and logged.
+func TestHTTPSinkCredentialErrorIsKeptAndLogged(t *testing.T) {
+	m := &manager{codes: []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusAccepted}}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	s, logs := quietSink(srv.URL)
+	s.Add(connRecord())
+	for range 2 {
+		if err := s.Flush(Final(context.Background())); err == nil {
+			t.Fatal("401/403 must be reported")
+		}
+	}
+	if s.Dropped() != 0 || strings.Count(logs.String(), "refuses the credential") != 2 {
+		t.Fatalf("dropped %d, log %q", s.Dropped(), logs.String())
+	}
+	if err := s.Flush(Final(context.Background())); err != nil {
+		t.Fatal(err)
+	}
+	if _, acc := m.snapshot(); len(acc) != 1 {
+		t.Fatalf("accepted %d batches", len(acc))
+	}
+}
+
+func bigRecord() Record {
+	r := connRecord()
+	r.Group = strings.Repeat("g", 200)
+	r.TLSFingerprint = strings.Repeat("f", 128)
+	r.ALPN = strings.Repeat("a", 255)
+	r.Device = strings.Repeat("d", 64)
+	r.SNI = strings.Repeat("s", 253)
+	return r
+}
+
+// TestSinkByteBound: with large records the buffer stops at LimitBytes
+// (estimated), counts the rest as dropped, and the estimate is close to
+// the real encoding.
+func TestSinkByteBound(t *testing.T) {
+	s := &HTTPSink{URL: "http://127.0.0.1:1/", Source: "e", LimitBytes: 20000}
+	for range 100 {
+		s.Add(bigRecord())
+	}
+	st := s.Stats()
+	if st.PendingBytes > 20000 || st.Pending == 0 || st.Pending+int(st.Dropped) != 100 {
+		t.Fatalf("stats %+v: want <= 20000 bytes buffered and the rest dropped", st)
+	}
+	r := bigRecord()
+	enc, _ := json.Marshal(r)
+	if est := EncodedSize(&r); est < len(enc) || est > 2*len(enc) {
+		t.Errorf("estimate %d for an encoding of %d bytes", est, len(enc))
+	}
+	small := connRecord()
+	enc, _ = json.Marshal(small)
+	if est := EncodedSize(&small); est < len(enc) || est > 2*len(enc) {
+		t.Errorf("estimate %d for an encoding of %d bytes", est, len(enc))
+	}
+}
+
+// TestSinkDropsInvalidRecords: a record the manager would refuse never
+// enters the buffer (it would poison its whole batch).
+func TestSinkDropsInvalidRecords(t *testing.T) {
+	var buf bytes.Buffer
+	s := NewLineSink(&buf, "e")
+	bad := connRecord()
+	bad.SNI = "evil\nname"
+	s.Add(bad)
+	s.Add(connRecord())
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var b Batch
+	if err := json.Unmarshal(buf.Bytes(), &b); err != nil || len(b.Records) != 1 || *b.Dropped != 1 {
+		t.Fatalf("batch %s: %v", buf.String(), err)
+	}
+	if st := s.Stats(); st.Invalid != 1 || !strings.Contains(st.LastInvalid, "records[0].sni") {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -3,7 +3,7 @@ on loopback, real curl clients, real TLS. Each test is bounded (about 5-60 s) an
 (by PID); no namespaces are needed, but the tests run real servers, so they are marked ``testbed``.
 
 (a) manager SIGKILLed mid-run: the edge keeps serving with the last table, buffers telemetry (bounded:
-    beyond 50,000 records it drops and counts), the manager restarts on the same --data with its learned
+    beyond 50,000 records or 16 MiB it drops and counts), the manager restarts on the same --data with its learned
     state, and the buffered telemetry (and the drop count) arrives;
 (b) an invalid table from a rogue file is refused by the edge, which keeps the last good version;
 (c) a table push without or with a wrong token is refused with 401 and nothing changes;

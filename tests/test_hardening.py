@@ -398,3 +398,30 @@ def test_operator_tables_with_nan_or_odd_prefixes_are_refused(tmp_path):
             r = c.post("/v1/table", content=body, headers=OP)
             assert r.status_code == 400 and ("not JSON" in r.json()["error"] or "canonical" in r.json()["error"]), r.text
         assert c.get("/v1/table", headers=OP).json()["version"] == version
+
+
+# -- feedback: which table version the edges run
+def test_edges_report_and_alert_when_no_edge_applies_the_table(tmp_path):
+    app = create_app(cfg(tmp_path, apply_grace_s=0.5))
+    mgr = app.state.manager
+    with TestClient(app) as c:
+        v = mgr.current.version
+        for source in ("edge-a", "edge-b"):
+            r = c.post("/v1/telemetry", content=batch([record(1, table_version=v)], source=source), headers=ED)
+            assert r.status_code == 202
+        rep = c.get("/v1/edges", headers=OP).json()
+        assert rep["active_edges"] == 2 and rep["on_current"] == 2 and rep["by_version"] == {str(v): 2}
+        table = c.get("/v1/table", headers=OP).json()
+        table["groups"].append({"id": "lab", "choices": [{"config": table["default"], "p": 1.0}]})
+        new = c.post("/v1/table", json=table, headers=OP).json()["version"]
+        time.sleep(0.6)  # past the grace period, and both edges still report the old version
+        assert c.post("/v1/telemetry", content=batch([record(2, table_version=v)], source="edge-a"),
+                      headers=ED).status_code == 202
+        rep = c.get("/v1/edges", headers=OP).json()
+        assert rep["on_current"] == 0 and f"table version {new}" in rep["alert"]
+        health = c.get("/healthz").json()
+        assert health["status"] == "degraded" and any("applied by 0 of 2" in p for p in health["problems"])
+        assert c.post("/v1/telemetry", content=batch([record(3, table_version=new)], source="edge-b"),
+                      headers=ED).status_code == 202
+        rep = c.get("/v1/edges", headers=OP).json()
+        assert rep["on_current"] == 1 and rep["alert"] is None and c.get("/healthz").json()["status"] == "ok"

@@ -1,7 +1,7 @@
 """ModelOracle: monotonicity, diversity of optima, calibration against on-machine measurements, speed.
 
-Calibration numbers come from /work/shared/notes/ebpf-feasibility.md section 2 (100 KB response, RTT
-100 ms, unshaped, no TLS) and /work/shared/notes/link-feasibility.md section 4 (real Chromium page loads).
+Calibration numbers come from the eBPF feasibility notes measured on this machine kind, section 2 (100 KB response, RTT
+100 ms, unshaped, no TLS) and the link-emulation notes, section 4 (real Chromium page loads).
 """
 
 from __future__ import annotations

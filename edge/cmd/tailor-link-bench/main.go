@@ -16,7 +16,7 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "probe" {
 		os.Exit(probe.Main(os.Args[2:], os.Stdout, os.Stderr))
 	}
-	traces := flag.String("traces", "/work/shared/traces/mahimahi", "directory holding TMobile-LTE-short.{down,up}")
+	traces := flag.String("traces", "../data/traces/mahimahi", "directory holding TMobile-LTE-short.{down,up} (default: the repository's, from edge/)")
 	flag.Parse()
 	self, err := os.Executable()
 	if err != nil {

@@ -53,9 +53,9 @@ func TestLoadTraceFiles(t *testing.T) {
 	if _, err := LoadTrace(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, ErrTrace) {
 		t.Fatalf("missing file: err = %v", err)
 	}
-	dir := "/work/shared/traces/mahimahi"
+	dir := "../../../data/traces/mahimahi"
 	if _, err := os.Stat(dir); err != nil {
-		t.Skip("shared traces not present")
+		t.Skip("data/traces not present")
 	}
 	tr, err := LoadTrace(filepath.Join(dir, "TMobile-LTE-short.down"))
 	if err != nil {

@@ -1,6 +1,6 @@
 """Synthetic workloads: pages drawn from the Web Almanac and single objects.
 
-Every figure cites a row of ``/work/shared/FACTS.md`` (section 3). Pages are drawn with a fixed seed
+Every figure cites a row of the project's published-figures sheet (FACTS.md, section 3; not in the repository), each with its original source. Pages are drawn with a fixed seed
 per page, so the catalog is identical on every machine and run; names are stable.
 
 >>> cat = default_catalog()

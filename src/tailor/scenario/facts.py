@@ -1,6 +1,6 @@
 """Published network figures the scenario generators draw from; every row names its source.
 
-Tags follow /work/shared/FACTS.md: [V] read in the cited source, [D] computed from a trace file.
+Tags follow the project's published-figures sheet (FACTS.md, not in the repository): [V] read in the cited source, [D] computed from a trace file.
 Figures here are *facts*; the modelling choices built on them (mix weights, spreads, device shares)
 live in ``families.py`` and are marked there as assumptions.
 """

@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from tailor.errors import check
 
 MTU_BYTES = 1500
-TRACES_DIR = "/work/shared/traces"  # mahimahi / pantheon traces (shared/traces/README.md gives every file's origin)
+TRACES_DIR = str(Path(__file__).resolve().parents[3] / "data" / "traces")  # mahimahi / pantheon traces; data/traces/README.md gives every file's origin
 _OPTIONAL = ("up_loss", "queue", "down_trace", "up_trace")
 QUEUE_FLOOR_PACKETS = 16  # a tiny-BDP link still buffers a few packets (model: 8 segments; 16 ~ one IW 10 + ACK slack)
 
@@ -61,7 +62,7 @@ class Condition:
         return self.loss if self.up_loss is None else self.up_loss
 
     def trace_path(self, direction: str) -> str | None:
-        """Absolute path of the down/up trace (``$TAILOR_TRACES`` overrides the shared traces directory)."""
+        """Absolute path of the down/up trace (``$TAILOR_TRACES`` overrides the repository's data/traces)."""
         name = self.down_trace if direction == "down" else self.up_trace
         return None if name is None else os.path.join(os.environ.get("TAILOR_TRACES", TRACES_DIR), name)
 

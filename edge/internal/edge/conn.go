@@ -108,7 +108,7 @@ func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 // What the client wrote (the SNI) is sanitised first (san counts it).
 func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap, ja3 bool, san *SanitizeStats) *ConnState {
 	addr := remoteAddr(h.Conn)
-	st := &ConnState{Addr: addr, SNI: san.sni(h.ServerName), JA4: san.fingerprint(tlsfp.JA4(h)), TableVersion: plan.Table.Version}
+	st := &ConnState{Addr: addr, SNI: san.sni(h.ServerName), JA4: tlsfp.JA4(h), TableVersion: plan.Table.Version}
 	if ja3 {
 		st.JA3 = tlsfp.JA3(h)
 	}
@@ -121,8 +121,7 @@ func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap, ja3 bool, 
 // they break the telemetry schema's bounds (spec/telemetry.schema.json):
 // such an SNI is treated as absent for rule matching and telemetry.
 type SanitizeStats struct {
-	SNI         atomic.Int64 // longer than 253 bytes or not [A-Za-z0-9._-]
-	Fingerprint atomic.Int64 // JA4 not printable ASCII of at most 128 bytes (cannot happen: computed here)
+	SNI atomic.Int64 // longer than 253 bytes or not [A-Za-z0-9._-]
 }
 
 // sni returns name, or "" (counted) when it is not a plain DNS name.
@@ -132,16 +131,6 @@ func (san *SanitizeStats) sni(name string) string {
 	}
 	if san != nil {
 		san.SNI.Add(1)
-	}
-	return ""
-}
-
-func (san *SanitizeStats) fingerprint(fp string) string {
-	if telemetry.ValidToken(fp, telemetry.MaxFingerprnt) {
-		return fp
-	}
-	if san != nil {
-		san.Fingerprint.Add(1)
 	}
 	return ""
 }

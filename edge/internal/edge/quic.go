@@ -146,7 +146,7 @@ func (s *Server) quicClientHello(h *tls.ClientHelloInfo) (*tls.Config, error) {
 		return nil, nil
 	}
 	st := *qc.state.Load()
-	st.SNI, st.JA4 = s.Sanitized.sni(h.ServerName), s.Sanitized.fingerprint(tlsfp.JA4QUIC(h))
+	st.SNI, st.JA4 = s.Sanitized.sni(h.ServerName), tlsfp.JA4QUIC(h)
 	if s.onQUIC.Load() != nil { // only the test hook reads the JA3
 		st.JA3 = tlsfp.JA3(h)
 	}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tailor.table import ecma_pattern, load_schema
+from tailor.table import ecma_pattern, load_schema, short_repr
 from tailor.telemetry import TelemetryError
 
 Check = Callable[[Any], "str | None"]
@@ -61,11 +61,11 @@ def _keyword_check(key: str, value: Any) -> Check | None:
         return lambda v: None if v == value and type(v) is type(value) else f"{value!r} was expected"
     if key == "pattern":
         rx = ecma_pattern(value)  # '$' = end of input, as in JSON Schema and Go (not before a final newline)
-        return lambda v: None if rx.search(v) else f"{_short(v)} does not match {value!r}"
+        return lambda v: None if rx.search(v) else f"{short_repr(v)} does not match {value!r}"
     if key == "minLength":
         return lambda v: None if len(v) >= value else f"{v!r} should be non-empty" if value == 1 else f"{v!r} is too short"
     if key == "maxLength":
-        return lambda v: None if len(v) <= value else f"{_short(v)} is too long"
+        return lambda v: None if len(v) <= value else f"{short_repr(v)} is too long"
     return None
 
 
@@ -155,13 +155,8 @@ def header_errors(doc: Any) -> list[tuple[list, str]]:
     if "records" in doc and not isinstance(recs, list):
         errs.append((["records"], f"{recs!r} is not of type 'array'"))
     elif isinstance(recs, list) and len(recs) > MAX_RECORDS:
-        errs.append((["records"], f"{_short(recs)} is too long"))
+        errs.append((["records"], f"{short_repr(recs)} is too long"))
     return errs
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 80 else text[:77] + "..."
 
 
 def _fmt(path: list) -> str:

@@ -15,7 +15,7 @@ import math
 import pickle
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tailor.errors import ParameterError, TableError
 from tailor.grouping import PrefixArchive
@@ -51,8 +51,6 @@ class Health:
     failed_span: tuple[int, int] | None = None
     quarantined: int = 0
     cycles_failed: int = 0
-    last_ok: float | None = None
-    problems_extra: list[str] = field(default_factory=list)
 
     def cycle_failed(self, error: str, span: tuple[int, int]) -> int:
         self.cycles_failed += 1
@@ -63,7 +61,6 @@ class Health:
 
     def cycle_ok(self) -> None:
         self.cycle_error, self.consecutive_failures, self.failed_span = None, 0, None
-        self.last_ok = time.time()
 
 
 @dataclass
@@ -97,13 +94,11 @@ class Manager:
         self.edge_versions: dict[str, tuple[int, float]] = {}  # source -> (table version, last seen)
         self.edges_untracked = 0
         self.notifier = pub.Notifier()
+        self._published_wall = time.time()  # a publication resets it; after a restart, edges get a grace period
         self._restore()
         self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites)
         self.current = self._load_or_create_table()
-        if not hasattr(self, "_published_wall"):
-            self._published_wall = time.time()  # restarted: edges get a grace period from now
-        if not hasattr(self, "_good_state"):
-            self._good_state = self._state_bytes()
+        self._good_state = self._state_bytes()  # what a failed cycle rolls back to
         self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
 
     # -- state
@@ -127,9 +122,7 @@ class Manager:
                 raise ParameterError(f"The 'data' parameter of tailor manager holds state learned with "
                                      f"{state.get('signature')}; start with those options or a fresh --data. "
                                      f"Got {self._signature()}.")
-            self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
-            self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
-            self.sites = state.get("sites") or self._new_sites()
+            self._adopt(state)
         self.written_seq = max(self.store.max_seq(), self.fed_seq)
         log("manager.state", restored=state is not None, fed_seq=self.fed_seq, policy=self.cfg.policy)
 
@@ -147,12 +140,14 @@ class Manager:
         self._good_state = data  # what a failed cycle rolls back to, even when the disk write below fails
         self.store.save_state_bytes(data)
 
-    def _rollback_state(self) -> None:
-        """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy)."""
-        state = pickle.loads(self._good_state)
+    def _adopt(self, state: dict) -> None:
         self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
         self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
-        self.sites = state.get("sites") or self._new_sites()
+        self.sites = state.get("sites") or self._new_sites()  # state written before SNI admission has none
+
+    def _rollback_state(self) -> None:
+        """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy)."""
+        self._adopt(pickle.loads(self._good_state))
         self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites)
         self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
 
@@ -412,7 +407,6 @@ class Manager:
         h = self.health
         if h.cycle_error:
             problems.append(f"update cycle failing ({h.consecutive_failures} in a row): {h.cycle_error}")
-        problems += h.problems_extra
         alert = self.edges_report()["alert"]
         if alert:
             problems.append(alert)

@@ -74,7 +74,6 @@ class Store:
         self.con = None
         self.write_failures = 0  # writes that failed (counted for /healthz and metrics)
         self.last_error: str | None = None  # the last write's error; None once a write succeeds again
-        self.reopens = 0
         with self.lock:
             self._open()
 
@@ -91,7 +90,6 @@ class Store:
         except duckdb.Error:
             pass
         self.con = None
-        self.reopens += 1
         self._open()
 
     def _run(self, sql: str, params: list | None = None) -> None:

@@ -66,15 +66,16 @@ def ecma_pattern(pattern: str) -> re.Pattern:
 
 def _ecma_pattern_keyword(validator, patrn, instance, schema):
     if validator.is_type(instance, "string") and not _ecma_pattern(patrn).search(instance):
-        yield jsonschema.ValidationError(f"{_short(instance)} does not match {patrn!r}")
+        yield jsonschema.ValidationError(f"{short_repr(instance)} does not match {patrn!r}")
 
 
 def _max_length_keyword(validator, max_length, instance, schema):
     if validator.is_type(instance, "string") and len(instance) > max_length:
-        yield jsonschema.ValidationError(f"{_short(instance)} is too long")
+        yield jsonschema.ValidationError(f"{short_repr(instance)} is too long")
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """repr of a value, at most 80 characters (error messages name a value, they do not echo it)."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -146,14 +147,14 @@ def _check_rule_shapes(rules: list) -> None:
         for key in sorted(r):
             value = r[key]
             if not isinstance(value, str):
-                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} is not of type 'string'")
+                raise TableError(f"decision table field rules[{i}].{key}: {short_repr(value)} is not of type 'string'")
             lo, hi, rx, text = bounds[key]
             if len(value) > hi:
-                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} is too long")
+                raise TableError(f"decision table field rules[{i}].{key}: {short_repr(value)} is too long")
             if len(value) < lo:
-                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} should be non-empty")
+                raise TableError(f"decision table field rules[{i}].{key}: {short_repr(value)} should be non-empty")
             if rx is not None and not rx.search(value):
-                raise TableError(f"decision table field rules[{i}].{key}: {_short(value)} does not match {text!r}")
+                raise TableError(f"decision table field rules[{i}].{key}: {short_repr(value)} does not match {text!r}")
 
 
 def _check_configs(doc: dict) -> None:

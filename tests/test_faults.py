@@ -8,7 +8,10 @@ on loopback, real curl clients, real TLS. Each test is bounded (about 5-60 s) an
 (b) an invalid table from a rogue file is refused by the edge, which keeps the last good version;
 (c) a table push without or with a wrong token is refused with 401 and nothing changes;
 (d) a flood of malformed telemetry is rejected (counted, with reasons) while good records sent at the same
-    time, from a script and from the edge, are all stored.
+    time, from a script and from the edge, are all stored;
+(e) the decisions tailor-edge logs for hundreds of loopback clients (distinct source addresses, several
+    connections each) are those of spec/decision.md: exact probabilities, sticky cohorts, the held-back
+    share of clients within its binomial interval.
 """
 
 from __future__ import annotations
@@ -124,11 +127,12 @@ def procs():
     assert all(p.p.poll() is not None for p in started)
 
 
-def _edge(tmp: Path, www: Path, table: str, telemetry: str, procs: list, name: str = "edge") -> tuple[Proc, str]:
+def _edge(tmp: Path, www: Path, table: str, telemetry: str, procs: list, name: str = "edge",
+          extra: tuple[str, ...] = ()) -> tuple[Proc, str]:
     port = free_port()
     stdout = tmp / f"{name}.out" if telemetry == "-" else None
     e = Proc([binary("tailor-edge"), "--listen", f"127.0.0.1:{port}", "--root", str(www), "--self-signed",
-              "--table", table, "--poll", "200ms", "--telemetry", telemetry, "--apply-socket=false"],
+              "--table", table, "--poll", "200ms", "--telemetry", telemetry, "--apply-socket=false", *extra],
              tmp / f"{name}.log", {"TAILOR_TOKEN": TOKEN}, stdout=stdout)
     procs.append(e)
     url = f"https://127.0.0.1:{port}"
@@ -334,3 +338,45 @@ def test_malformed_telemetry_flood_rejected_good_records_kept(tmp_path, www, pro
     time.sleep(2.5)
     assert mgr.metric("tailor_ingest_records_total") == want
     assert mgr.p.poll() is None and edge.p.poll() is None  # nothing crashed
+
+
+def _records(path: Path, kind: str = "connection") -> list[dict]:
+    return [r for line in path.read_text().splitlines() if line.startswith("{") for r in json.loads(line)["records"]
+            if r["kind"] == kind]
+
+
+def test_edge_decisions_follow_the_decision_rule(tmp_path, www, procs, capsys):
+    """(e) Real tailor-edge, 360 clients on distinct loopback addresses, 3 TLS connections each."""
+    from tailor.table.audit import audit_decisions
+
+    salt = "5a17" * 8
+    table = _table(4, holdback=0.25)
+    table.update(salt=salt, groups=[{"id": "mixed", "choices": [{"config": H2, "p": 0.6}, {"config": DEFAULT, "p": 0.4}]},
+                                    {"id": "h2", "choices": [{"config": H2, "p": 1.0}]}],
+                 rules=[{"prefix": "127.0.0.0/8", "group": "h2"}, {"prefix": "127.1.0.0/16", "group": "mixed"},
+                        {"prefix": "127.3.0.0/16", "group": "h2"}, {"prefix": "127.3.0.0/24", "group": "mixed"}])
+    del table["rules"][0]  # 127.2.x.x clients match no rule
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    edge, url = _edge(tmp_path, www, str(path), "-", procs, extra=("--full-address",))
+    port = url.rsplit(":", 1)[1]
+    clients = [f"127.{1 + i % 3}.{i // 250}.{i % 250 + 2}" for i in range(360)]
+    deadline = time.monotonic() + 240
+    for rnd in range(3):
+        for addr in clients:
+            assert time.monotonic() < deadline, "too slow"
+            with httpx.Client(transport=httpx.HTTPTransport(local_address=addr, verify=False),
+                              timeout=10) as c:  # a new client: a new TCP and TLS connection
+                assert c.get(f"https://127.0.0.1:{port}/tiny.txt").status_code == 200
+    _wait(lambda: len([r for r in _records(tmp_path / "edge.out") if r.get("client_addr") in set(clients)]) >= 3 * 360,
+          15, "the edge's telemetry for every connection")
+    records = [r for r in _records(tmp_path / "edge.out") if r.get("client_addr") in set(clients)]
+    audit = audit_decisions(table, records)
+    with capsys.disabled():
+        print("\ndecision audit (tailor-edge):", json.dumps(audit, sort_keys=True))
+    assert audit["records"] == 3 * 360 and audit["clients"] == 360 and audit["multi_connection_clients"] == 360
+    assert audit["decision_mismatches"] == 0 and audit["probability_mismatches"] == 0, audit["examples"]
+    assert audit["clients_switching_cohort"] == 0 and audit["clients_switching_config"] == 0
+    assert audit["holdback_in_interval"], audit
+    assert all(len(ps) == 1 for ps in audit["logged_p"].values())  # one probability per (group, configuration)
+    assert audit["logged_p"][f"mixed|{H2}"] == [0.45] and audit["logged_p"][f"mixed|{DEFAULT}"] == [0.55]

@@ -374,26 +374,27 @@ def test_closed_loop_learns_and_improves_over_holdback(tmp_path):
             assert name in metrics
 
 
-def test_compile_fast_matches_compile_table(tmp_path):
-    from tailor.manager.publish import compile_fast
+def test_compile_table_refuses_a_bad_policy_rule(tmp_path):
     from tailor.table import compile_table
 
     edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0, seed=4)
     with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
         closed_loop(c, edge, 2, 1500, T0)
-        policy = c.app.state.manager.policy
-        fast, slow = compile_fast(policy, T0), compile_table(policy, T0, 1)
-        assert fast == slow and len(fast["rules"]) > 0
+        mgr = c.app.state.manager
+        policy = mgr.policy
+        table = compile_table(policy, T0, 1, mgr.archive)
+        assert len(table["rules"]) > 0 and table["salt"] == policy.cohort_salt
+        assert mgr.current.doc["salt"] == policy.cohort_salt  # the manager's tables carry its policy's cohort key
     policy.table_rules = lambda: [{"prefix": "10.0.0.0/8", "group": "default", "weight": 1}]
     with pytest.raises(TableError, match=r"rules\[0\]"):
-        compile_fast(policy, T0)
+        compile_table(policy, T0)
 
 
 def test_tables_reach_edges_that_see_neither_device_nor_sni(tmp_path):
     """Agent-style records (kind connection, no sni, no device): the published table must route each
     learned prefix to a learned group through a rule real edges match (no sni/device), while
     device-specific rules still win for clients whose device is known."""
-    from tailor.table import TableResolver
+    from tailor.table import DecisionTable
 
     rng = np.random.default_rng(2)
     prefixes = ["10.240.1.0/24", "10.240.2.0/24", "10.240.3.0/24"]
@@ -414,7 +415,7 @@ def test_tables_reach_edges_that_see_neither_device_nor_sni(tmp_path):
         doc = mgr.current.doc
         plain = [r for r in doc["rules"] if "sni" not in r and "device" not in r]
         assert sorted(r["prefix"] for r in plain) == prefixes
-        res = TableResolver(doc)
+        res = DecisionTable(doc)
         groups = {g["id"] for g in doc["groups"]} - {"default"}
         for p in prefixes:  # as tailor-agent resolves: address only
             assert res.group_of(p.replace(".0/24", ".2")) in groups

@@ -105,3 +105,70 @@ def test_unknown_policy_name_is_a_clear_error():
 def test_bad_hyper_parameter_is_a_clear_error():
     with pytest.raises(Exception, match=r"The 'epsilon' parameter of MABNCPolicy must be in \[0, 1\]. Got 1.5."):
         make_policy("mab-nc", epsilon=1.5)
+
+
+def _contexts(sim, every: int = 25):
+    w = sim.world
+    for i in range(0, len(w), every):
+        s = w.sessions[w.session[i]]
+        yield Context(float(w.time_s[i]), s.session_id, s.client, w.tensor.site_names[w.site[i]],
+                      float(w.handshake_rtt_ms[i]), w.histories[i], int(w.load_index[i]), int(w.cell[i]),
+                      int(w.stale_cell[i]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_group_of_leaves_the_policy_unchanged(sim, name):
+    """The manager calls group_of for every archived prefix each cycle and for every table-mode
+    connection: it must not change what the policy learned (pickled bytes equal before and after)."""
+    policy = make_policy(name, seed=6)
+    sim.run(policy)
+    before = pickle.dumps(policy)
+    for ctx in _contexts(sim):
+        policy.group_of(ctx)
+        policy.group_of(dataclasses.replace(ctx, website=""))  # what add_edge_rules asks: site unknown
+    assert pickle.dumps(policy) == before
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_restored_pickle_decides_the_same(sim, name):
+    """The manager restores its policy from a pickle at restart: the restored one must act the same."""
+    policy = make_policy(name, seed=7)
+    sim.run(policy)
+    restored = pickle.loads(pickle.dumps(policy))
+    for ctx in _contexts(sim, every=40):
+        assert restored.select(ctx) == policy.select(ctx)
+    now = float(sim.world.time_s[-1]) + 600.0
+    a, b = policy.plan(now), restored.plan(now)
+    assert a == b and a["salt"] == policy.cohort_salt
+
+
+@pytest.fixture(scope="module")
+def table_sim(small_scenario, oracle):
+    return Simulator(small_scenario, oracle, SimConfig(update_freq_s=120.0, seed=5, mode="table"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_policy_runs_in_table_mode(table_sim, name):
+    """--mode table: the edges apply compile_table's tables (with the manager's edge rules) through decide."""
+    from tailor.table import DecisionTable, compile_table, decide
+
+    policy = make_policy(name, seed=1, holdback=0.1)
+    result = table_sim.run(policy)
+    rec = result.records
+    assert len(rec["config"]) == len(table_sim.world) and ((rec["probability"] > 0) & (rec["probability"] <= 1)).all()
+    table = result.final_table
+    validate_table(table)
+    assert table["salt"] == policy.cohort_salt and table["holdback"] == 0.1
+    # the simulator's table is what the manager publishes from the same policy and archive (one function)
+    assert compile_table(policy, table["generated_at"], table["version"], policy.env.archive) == table
+    # a client is held back on every connection or on none
+    held = {}
+    w = table_sim.world
+    for i, arm in enumerate(rec["arm"]):
+        if arm == "default":  # before the first table reached the edges
+            continue
+        client = w.sessions[w.session[i]].client.client_id
+        assert held.setdefault(client, arm == "holdback") == (arm == "holdback")
+    dt = DecisionTable(table)
+    for client in list(held)[:50]:
+        assert decide(dt, client).holdback == decide(dt, client, draw=12345).holdback

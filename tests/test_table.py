@@ -6,24 +6,12 @@ from pathlib import Path
 import pytest
 
 from tailor.errors import TableError
-from tailor.table import TableResolver, parse_table, validate_table
+from tailor.table import parse_table, validate_table
 from tailor.telemetry import TelemetryError, parse_batch, validate_batch
 
 VECTORS = Path(__file__).resolve().parents[1] / "spec" / "vectors"
-RESOLVE = json.loads((VECTORS / "decision-table" / "resolve.json").read_text())
 INVALID = json.loads((VECTORS / "decision-table" / "invalid.json").read_text())["cases"]
 TEL_INVALID = json.loads((VECTORS / "telemetry" / "invalid.json").read_text())["cases"]
-
-
-def test_vector_table_is_valid():
-    validate_table(RESOLVE["table"])
-
-
-@pytest.mark.parametrize("case", RESOLVE["cases"], ids=lambda c: c["why"])
-def test_resolution_vectors(case):
-    resolver = TableResolver(RESOLVE["table"])
-    group, config, p = resolver.resolve(case["addr"], case["u"], case.get("sni"), case.get("device"))
-    assert (group, config, p) == (case["group"], case["config"], pytest.approx(case["p"]))
 
 
 @pytest.mark.parametrize("name", sorted(INVALID))

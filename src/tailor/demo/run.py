@@ -295,14 +295,14 @@ def _wait_fetch(link: dict, world: World, timeout_s: float = 60.0) -> None:
 
 
 def _cycle(client: httpx.Client, murl: str, auth: dict, links: list[dict], t0: float, fetches: int) -> dict:
-    from tailor.table import TableResolver
+    from tailor.table import DecisionTable
 
     s = client.post(murl + "/v1/cycle", headers=auth)
     if s.status_code != 200:
         raise DemoError(f"POST /v1/cycle answered {s.status_code}: {s.text[:300]}")
     summary = s.json()
     doc = client.get(murl + "/v1/table").json()
-    res = TableResolver(doc, validated=True)
+    res = DecisionTable(doc)
     choices = {g["id"]: g["choices"] for g in doc["groups"]}
     groups = {}
     for x in links:

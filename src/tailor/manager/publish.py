@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
-import ipaddress
 import json
 from dataclasses import dataclass, field
 
 from tailor.manager.guardrails import GuardConfig, check_allowed, greedy
-from tailor.table import TableResolver, validate_table
+from tailor.table import DecisionTable, validate_table
 
-CONTENT_KEYS = ("default", "configs", "groups", "rules", "holdback")
+CONTENT_KEYS = ("default", "configs", "groups", "rules", "holdback", "salt")
 MAX_TABLE_BYTES = 32 << 20  # half of what tailor-edge and tailor-agent accept (rules.MaxTableBytes, 64 MiB)
 
 
@@ -55,7 +54,7 @@ class Published:
     etag: str
     origin: str  # "policy" or "operator"
     key: str
-    _resolver: TableResolver | None = field(default=None, repr=False)
+    _resolver: DecisionTable | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, doc: dict, origin: str) -> "Published":
@@ -66,23 +65,11 @@ class Published:
     def version(self) -> int:
         return self.doc["version"]
 
-    def resolver(self) -> TableResolver:
+    def resolver(self) -> DecisionTable:
+        """The table indexed for ``tailor.table.decide`` (validated at publication, not again)."""
         if self._resolver is None:
-            self._resolver = TrustedResolver(self.doc)
+            self._resolver = DecisionTable(self.doc, validated=True)
         return self._resolver
-
-
-class TrustedResolver(TableResolver):
-    """TableResolver over a table this manager validated at publication (skips re-validation)."""
-
-    def __init__(self, doc: dict):
-        self.doc = doc
-        self._groups = {g["id"]: g["choices"] for g in doc["groups"]}
-        self._by_net: dict = {}
-        for r in doc["rules"]:
-            net = ipaddress.ip_network(r["prefix"])
-            self._by_net.setdefault(net, []).append((r.get("sni"), r.get("device"), r["group"]))
-        self._lengths = {v: sorted({n.prefixlen for n in self._by_net if n.version == v}, reverse=True) for v in (4, 6)}
 
 
 def check_operator_table(doc, guard_cfg: GuardConfig) -> dict:
@@ -134,46 +121,3 @@ def group_rows(doc: dict, guard, now: float) -> list[tuple]:
         imp = guard.improvement(g["id"])
         rows.append((now, g["id"], best, p, treated.n, hold.n if hold else 0, None if imp != imp else imp))
     return rows
-
-
-def compile_fast(policy, now: float, archive=None) -> dict:
-    """The decision table of ``policy`` (version 1; the publisher assigns versions).
-
-    ``tailor.table.validate_table`` checks rules by hand, so this is cheap even for 300k rules.
-    With ``archive`` (the manager's prefix archive), :func:`add_edge_rules` adds the rules real
-    edges can match.
-    """
-    from tailor.table import compile_table
-
-    table = compile_table(policy, now, 1)
-    if archive is not None:
-        add_edge_rules(table, policy, archive, now)
-    return table
-
-
-def add_edge_rules(table: dict, policy, archive, now: float) -> int:
-    """Add, per archived prefix, a rule without ``device`` and ``sni`` for the group the policy puts a
-    connection of unknown device and website in (``policy.group_of``, no side effects).
-
-    Class learners publish one rule per prefix x device x site. Real edges never match those for
-    TCP-only telemetry: tailor-agent ignores every rule with ``sni`` or ``device`` (the TCP layer sees
-    neither) and tailor-edge has no device map, so without these fallbacks a learned group never
-    reaches a connection (found by the namespace demo). Device- or SNI-specific rules still win where
-    they match (the resolver prefers the most specific rule of the longest prefix). Only groups of the
-    table are used; returns the number of rules added.
-    """
-    from tailor.context import Context
-    from tailor.scenario.model import ClientInfo
-
-    groups = {g["id"] for g in table["groups"]}
-    have = {(r["prefix"], r.get("sni"), r.get("device")) for r in table["rules"]}
-    added = 0
-    for prefix, h in archive.items(now):
-        if h is None or (prefix, None, None) in have:
-            continue
-        client = ClientInfo(prefix.split("/", 1)[0], prefix, 0, "", "", "")
-        group = policy.group_of(Context(now, prefix, client, "", h.rtt_ms, h))
-        if group in groups:
-            table["rules"].append({"prefix": prefix, "group": group})
-            added += 1
-    return added

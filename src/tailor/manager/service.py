@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from tailor.manager.store import Store, StoreError
 from tailor.policies import PolicyEnv, make_policy
 from tailor.sim.simulator import ARCHIVE_ALPHA
 from tailor.space import AllowedConfig, ConfigSpace
-from tailor.table import validate_table
+from tailor.table import compile_table, validate_table
 
 STATE_FORMAT = 1
 MAX_EDGES = 10_000  # distinct telemetry sources tracked for the applied-version report
@@ -112,7 +113,8 @@ class Manager:
         state = self.store.load_state()
         if state is None:
             self.archive = PrefixArchive(ARCHIVE_ALPHA)
-            env = PolicyEnv(archive=self.archive, update_period_s=self.cfg.update_freq_s or 300.0)
+            env = PolicyEnv(archive=self.archive, update_period_s=self.cfg.update_freq_s or 300.0,
+                            cohort_salt=secrets.token_hex(16))  # kept in the policy's state across restarts
             params = dict(self.cfg.policy_params)
             self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None
@@ -158,7 +160,7 @@ class Manager:
             return pub.Published.of(doc, origin)
         now = self.clock()
         self.policy.plan(now, compile=False)
-        table, _ = apply_guardrails(pub.compile_fast(self.policy, now, self.archive), self.guard, self.guard_cfg, self.knobs)
+        table, _ = apply_guardrails(compile_table(self.policy, now, 1, self.archive), self.guard, self.guard_cfg, self.knobs)
         self.current = None
         published = self._publish(table, "policy", "manager", "publish", "initial table", now)
         self.snapshot()
@@ -343,7 +345,7 @@ class Manager:
         self.fed_seq = max(self.fed_seq, report.last_seq)
         events = check_rollbacks(self.guard, self.guard_cfg, self.current.doc["default"])
         self.policy.plan(now, compile=False)
-        planned = pub.compile_fast(self.policy, now, self.archive)
+        planned = compile_table(self.policy, now, 1, self.archive)
         self.feeder.policy_groups = {g["id"] for g in planned["groups"]}
         table, notes = apply_guardrails(planned, self.guard, self.guard_cfg, self.knobs)
         notes += pub.enforce_budget(table, self.cfg.max_rules)

@@ -1,6 +1,6 @@
-"""A synthetic edge for tests, benchmarks and dry runs: applies a decision table as the Go edge does
-(holdback draw first, then longest-prefix match and sampling) and reports spec telemetry records
-whose completion times depend on the configuration through a known factor.
+"""A synthetic edge for tests, benchmarks and dry runs: applies a decision table with the one decision
+rule (spec/decision.md, ``tailor.table.decide``) and reports spec telemetry records whose completion
+times depend on the configuration through a known factor.
 
 It is a stand-in for the real edge in the closed loop until the demo runs agent and edge in
 namespaces; it never replaces the simulator's oracle for evaluating policies.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tailor.table import TableResolver
+from tailor.table import DecisionTable, decide
 
 SCHEMA = "tailor.telemetry/v1"
 
@@ -23,8 +23,8 @@ class SyntheticEdge:
     """Clients in ``prefixes`` (each a /24 with a base page-load time) visiting ``sites``.
 
     ``factor(prefix, config_id)`` multiplies the base time (1.0 = as fast as the default); noise is
-    log-normal with ``sigma``. ``holdback_group`` stamps holdback records with the group the table
-    would have chosen (the real edge may leave it out; the manager then resolves it itself).
+    log-normal with ``sigma``. ``holdback_group`` stamps holdback records with their group, as the spec
+    says edges do; without it they carry none (as from an older edge) and the manager resolves it itself.
     """
 
     prefixes: list[str]
@@ -38,11 +38,11 @@ class SyntheticEdge:
 
     def __post_init__(self):
         self.rng = np.random.default_rng(self.seed)
-        self.resolver: TableResolver | None = None
+        self.resolver: DecisionTable | None = None
         self.table: dict | None = None
 
     def apply(self, table: dict) -> None:
-        self.table, self.resolver = table, TableResolver(table)
+        self.table, self.resolver = table, DecisionTable(table)
 
     def records(self, n: int, t0: float, dt: float = 0.01) -> list[dict]:
         rng, table = self.rng, self.table
@@ -51,10 +51,8 @@ class SyntheticEdge:
             prefix = self.prefixes[int(rng.integers(len(self.prefixes)))]
             addr = prefix.split("/")[0].rsplit(".", 1)[0] + f".{int(rng.integers(1, 255))}"
             site, device = self.sites[int(rng.integers(len(self.sites)))], self.devices[int(rng.integers(len(self.devices)))]
-            hold = rng.random() < table.get("holdback", 0.0)
-            group, cid, p = self.resolver.resolve(addr, rng.random(), site, device)
-            if hold:
-                cid, p = table["default"], table["holdback"]
+            a = decide(self.resolver, addr, site, device, int(rng.integers(0, 2**64, dtype=np.uint64)))
+            group, cid, p, hold = a.group, a.config, a.p, a.holdback
             f = self.factor(prefix, cid) if self.factor else 1.0
             plt = self.base_ms.get(prefix, 1000.0) * f * math.exp(self.sigma * rng.standard_normal())
             rec = {"time": t0 + i * dt, "kind": "pageload", "client_prefix": prefix, "client_addr": addr,

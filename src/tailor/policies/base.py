@@ -3,8 +3,10 @@
 Every learner implements ``_select`` (and usually ``_observe`` and ``_plan``); the public methods
 add the guardrails every policy must honour:
 
-* ``select(ctx)``: holdback share gets the default; the returned configuration must be in the
-  (AllowedConfig-restricted) space, otherwise the default is applied and the violation counted.
+* ``select(ctx)``: the holdback share of clients gets the default -- membership is the client's cohort
+  draw (spec/decision.md), so a client is held back on every connection or on none; the returned
+  configuration must be in the (AllowedConfig-restricted) space, otherwise the default is applied and
+  the violation counted.
 * ``observe(ctx, decision, outcome)``: feedback of one connection / page load.
 * ``plan(now)``: periodic model update (UpdateFreq); returns the decision table the edges apply.
 
@@ -24,6 +26,7 @@ import numpy as np
 from tailor.errors import ParameterError, check
 from tailor.context import Context, Decision, Outcome, PrefixHistory  # noqa: F401 (re-exported)
 from tailor.space import ConfigSpace
+from tailor.table.decide import cohort_draw, derive_salt, held_back, propensity
 
 
 @dataclass
@@ -34,6 +37,7 @@ class PolicyEnv:
     oracle: Any = None  # a PLTTensor, for 'optimal' only
     archive: Any = None  # the PrefixArchive (telemetry history per prefix), for compiling tables
     update_period_s: float = 300.0
+    cohort_salt: str | None = None  # 32 hex digits; None: derived from the policy's name and seed (reproducible)
 
 
 class Policy(ABC):
@@ -43,6 +47,8 @@ class Policy(ABC):
     needs_oracle: ClassVar[bool] = False
     # name -> (default, validator, rule shown in the error message)
     parameters: ClassVar[dict[str, tuple[Any, Callable[[Any], bool], str]]] = {}
+    cohort_salt: str | None = None  # the key of its clients' cohorts (spec/decision.md), set at reset
+    _epoch = 0  # plan() calls so far (a class default for policies pickled before it existed)
 
     def __init__(self, *, seed: int = 0, holdback: float = 0.0, **params: Any):
         check(0.0 <= holdback < 1.0, type(self).__name__, "holdback", "in [0, 1)", holdback)
@@ -65,8 +71,10 @@ class Policy(ABC):
             raise ParameterError(f"policy {self.name!r} is an oracle baseline and needs env.oracle")
         self.space = space
         self.env = env
+        self.cohort_salt = env.cohort_salt or derive_salt(self.name, self.seed)
         self._rng = np.random.default_rng(self.seed)
         self._violations = 0
+        self._epoch = 0  # plan() calls so far: the online counterpart of a table version
         self._init_state()
         return self
 
@@ -84,13 +92,29 @@ class Policy(ABC):
         return {"seed": self.seed, "holdback": self.holdback, **{k: getattr(self, k) for k in self.parameters}}
 
     # -- per connection
+    def cohort(self, ctx: Context) -> int:
+        """The client's 64-bit cohort draw (spec/decision.md): holdback membership in the high half (fixed
+        while the salt stands), the exploration arm in the low half (fixed until the next ``plan``)."""
+        return cohort_draw(self.cohort_salt, ctx.client.client_id, self._epoch)
+
     def select(self, ctx: Context) -> Decision:
-        if self.holdback and self._rng.random() < self.holdback:
-            return Decision(self.space.default_index, self.holdback, "holdback", "holdback")
+        """The online decision: the learner's choice, with the holdback of spec/decision.md applied.
+
+        The probability of a treated connection is the marginal ``(1 - h) p + h [default]``; a held-back
+        one logs ``h``, a lower bound of its marginal (the learner's probability of the default is not
+        known without asking it, which would change its state). Held-back outcomes never reach the
+        learner. Tables (``--mode table``, the manager) log the exact marginal for both.
+        """
+        h = self.holdback
+        if h and held_back(self.cohort(ctx), h):
+            return Decision(self.space.default_index, h, self.group_of(ctx), "holdback")
         decision = self._select(ctx)
         if not 0 <= decision.config < len(self.space.configs):
             self._violations += 1
             return Decision(self.space.default_index, 1.0, decision.group, "guardrail")
+        if h:
+            p = propensity(decision.probability, h, decision.config == self.space.default_index)
+            return Decision(decision.config, p, decision.group, decision.arm)
         return decision
 
     @abstractmethod
@@ -121,17 +145,19 @@ class Policy(ABC):
 
     # -- slow loop
     def plan(self, now: float, compile: bool = True):
-        """Periodic update (UpdateFreq); returns the decision table the edges would apply.
+        """Periodic update (UpdateFreq); returns the decision table the edges would apply: the one
+        ``tailor.table.compile_table`` builds, with the edge rules of ``env.archive`` -- what the
+        manager publishes before its guardrails.
 
         The simulator's online mode passes ``compile=False`` between tables to skip compilation.
         """
         from tailor.table import compile_table
 
         self._plan(now)
+        self._epoch += 1
         if not compile:
             return None
-        self._table_version = getattr(self, "_table_version", 0) + 1
-        return compile_table(self, now, self._table_version)
+        return compile_table(self, now, self._epoch, self.env.archive)
 
     def _plan(self, now: float) -> None:
         """Heavy model updates: refit classes, retrain trees (override)."""

@@ -53,6 +53,10 @@ class OptimalPolicy(Policy):
         tensor = self.env.oracle
         return Decision(int(np.argmin(tensor.mode(cell, tensor.site_index[ctx.website]))), 1.0, "oracle", "oracle")
 
+    def group_of(self, ctx: Context) -> str:
+        """Without evaluating the oracle (its cache is part of the pickled state; the site may be unknown)."""
+        return "unknown" if (ctx.cell if self.view == "fresh" else ctx.stale_cell) < 0 else "oracle"
+
 
 @register("optimal-stale")
 class OptimalStalePolicy(OptimalPolicy):

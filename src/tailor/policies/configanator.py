@@ -183,6 +183,12 @@ class _Configanator(Policy):
         return float(max(within.sum() / (n[rep] - 1).sum(), 1e-4))
 
     # -- per connection
+    def group_of(self, ctx: Context) -> str:
+        """The (class, website) pair of the connection, without opening its search (no side effect)."""
+        if ctx.history is None:
+            return "unknown"
+        return self._key(self._path(ctx), ctx)
+
     def _select(self, ctx: Context) -> Decision:
         if ctx.history is None:
             return Decision(self.space.default_index, 1.0, "unknown", "default")

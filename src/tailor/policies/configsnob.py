@@ -26,6 +26,7 @@ from tailor.grouping.profiles import (OVERLAP, ProfileGroups, ProfileTree, Suffi
 from tailor.learn import GPSurrogate, lognormal_expected_improvement, maximize
 from tailor.learn.causal import CausalEstimator
 from tailor.policies.base import Context, Decision, Outcome, Policy, register
+from tailor.table.decide import pick, thresholds
 
 _INT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
 _POS = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a number > 0")
@@ -79,16 +80,19 @@ class ConfigSnobPolicy(Policy):
         gid = self._lookup(path)
         if gid is None:
             return Decision(self.space.default_index, 1.0, "cold", "default")
-        return self._draw(gid)
+        return self._draw(gid, ctx)
 
-    def _draw(self, gid: str) -> Decision:
+    def group_of(self, ctx: Context) -> str:
+        """The group ``_select`` would use, without recording the profile as requested (no side effect)."""
+        if ctx.history is None:
+            return "unknown"
+        return self._lookup(profile_path(ctx, self._times.serving(ctx.time_s))) or "cold"
+
+    def _draw(self, gid: str, ctx: Context) -> Decision:
+        """Sample the group's arms as a table edge does (spec/decision.md): the client's cohort draw picks
+        the arm, so a client stays on one arm while the group's choices stand."""
         choices = self._choices[gid]
-        u, acc = self._rng.random(), 0.0
-        for config, p, arm in choices:
-            acc += p
-            if u < acc:
-                return Decision(config, p, gid, arm)
-        config, p, arm = choices[-1]
+        config, p, arm = choices[pick(thresholds([c[1] for c in choices]), self.cohort(ctx))]
         return Decision(config, p, gid, arm)
 
     def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:

@@ -20,7 +20,7 @@ from tailor.oracle import NOISE_SHAPE, Oracle, PLTTensor
 from tailor.policies.base import Context, Decision, Outcome, Policy, PolicyEnv, PrefixHistory
 from tailor.scenario import Scenario
 from tailor.space import AllowedConfig, ConfigSpace
-from tailor.table import TableResolver
+from tailor.table import DecisionTable, decide
 
 ARCHIVE_ALPHA = 0.3  # weight of the newest telemetry sample in the per-prefix archive
 
@@ -183,7 +183,8 @@ class _Loop:
         self.next_plan = sim.config.update_freq_s
         self.resolver = None
         self.table_queue: deque = deque()
-        self.u = np.random.default_rng(sim.config.seed + 7919).random(n)  # table-mode sampling draws
+        # table mode: per-connection 64-bit draws, used by tables without a cohort salt (spec/decision.md)
+        self.draws = np.random.default_rng(sim.config.seed + 7919).integers(0, 2**64, n, dtype=np.uint64)
         self.table_mode = sim.config.mode == "table"
 
     def step(self, i: int) -> None:
@@ -210,12 +211,12 @@ class _Loop:
         if not self.table_mode:
             return self.policy.select(ctx)
         while self.table_queue and self.table_queue[0][0] <= ctx.time_s:
-            self.resolver = TableResolver(self.table_queue.popleft()[1], validated=True)  # compile_table validated it
+            self.resolver = DecisionTable(self.table_queue.popleft()[1], validated=True)  # compile_table validated it
         group = self.policy.group_of(ctx)  # outcomes feed the learner state of the context's own group
         if self.resolver is None:
             return Decision(self.policy.space.default_index, 1.0, group, "default")
-        _, cid, p = self.resolver.resolve(ctx.client.client_id, self.u[i], ctx.website, ctx.client.device)
-        return Decision(self.policy.space.index_of(cid), p, group, "table")
+        a = decide(self.resolver, ctx.client.client_id, ctx.website, ctx.client.device, int(self.draws[i]))
+        return Decision(self.policy.space.index_of(a.config), a.p, group, "holdback" if a.holdback else "table")
 
     def _deliver(self, t: float) -> None:
         pol, arch = self.policy, self.archive

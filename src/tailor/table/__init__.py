@@ -2,8 +2,8 @@
 
 The format is spec/decision-table.schema.json; this module adds the checks JSON Schema cannot
 express (knob values against the registry, config ids against their content, probabilities summing
-to one, rule references, CIDR syntax) and implements the resolution rule the Go edge implements too.
-Shared test vectors live in spec/vectors/decision-table/.
+to one, rule references, CIDR syntax). How a table is applied to a connection is spec/decision.md,
+implemented once in :mod:`tailor.table.decide`. Shared test vectors live in spec/vectors/decision-table/.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import jsonschema.validators
 from tailor.errors import ParameterError, TableError
 from tailor.space import Configuration
 from tailor.space.knobs import SPEC_DIR
+from tailor.table.decide import Applied, DecisionTable, decide  # noqa: F401 (the one decision rule)
 
 SCHEMA_ID = "tailor.decision-table/v1"
 PROB_TOLERANCE = 1e-6
@@ -213,55 +214,14 @@ def _check_rules(doc: dict, groups: set[str]) -> None:
         keys.add(key)
 
 
-class TableResolver:
-    """Per-connection lookup in a validated table: the reference the Go edge is tested against.
+def compile_table(policy, now: float, version: int = 1, archive=None) -> dict:
+    """The decision table a policy publishes, validated: what the manager serves (before its guardrails)
+    and what the simulator's table mode applies -- one function for both.
 
-    Longest-prefix match by probing each prefix length present in the table (descending), each a
-    dict lookup, so the cost grows with the number of distinct prefix lengths, not of rules.
+    From the policy's ``table_groups()`` and ``table_rules()``, its holdback and its cohort salt; with
+    ``archive`` (the prefix archive of telemetry history), :func:`add_edge_rules` adds the rules real
+    edges can match.
     """
-
-    def __init__(self, doc: dict, validated: bool = False):
-        self.doc = doc if validated else validate_table(doc)
-        self._groups = {g["id"]: g["choices"] for g in doc["groups"]}
-        self._by_net: dict = {}
-        for r in doc["rules"]:
-            net = _network(r["prefix"])
-            self._by_net.setdefault(net, []).append((r.get("sni"), r.get("device"), r["group"]))
-        self._lengths = {v: sorted({n.prefixlen for n in self._by_net if n.version == v}, reverse=True) for v in (4, 6)}
-
-    def group_of(self, addr: str, sni: str | None = None, device: str | None = None) -> str | None:
-        ip = ipaddress.ip_address(addr)
-        for length in self._lengths[ip.version]:
-            rules = self._by_net.get(ipaddress.ip_network((ip, length), strict=False))
-            if not rules:
-                continue
-            best = None
-            for r_sni, r_dev, group in rules:
-                if (r_sni is not None and r_sni != sni) or (r_dev is not None and r_dev != device):
-                    continue
-                rank = (r_sni is not None, r_dev is not None)
-                if best is None or rank > best[0]:
-                    best = (rank, group)
-            if best is not None:
-                return best[1]
-        return None
-
-    def resolve(self, addr: str, u: float, sni: str | None = None, device: str | None = None) -> tuple[str | None, str, float]:
-        """(group or None, config id, probability) for a connection, with ``u`` ~ U[0,1)."""
-        group = self.group_of(addr, sni, device)
-        if group is None:
-            return None, self.doc["default"], 1.0
-        choices = self._groups[group]
-        acc = 0.0
-        for c in choices:
-            acc += c["p"]
-            if u < acc:
-                return group, c["config"], c["p"]
-        return group, choices[-1]["config"], choices[-1]["p"]
-
-
-def compile_table(policy, now: float, version: int = 1) -> dict:
-    """Decision table from a policy's ``table_groups()`` and ``table_rules()``, validated."""
     space = policy.space
     groups, rules = policy.table_groups(), policy.table_rules()
     used = {space.default_index} | {i for g in groups.values() for i in g}
@@ -272,7 +232,39 @@ def compile_table(policy, now: float, version: int = 1) -> dict:
         "groups": [{"id": gid, "choices": _normalized(space, probs)} for gid, probs in groups.items()],
         "rules": [r for r in rules if r["group"] in groups],
     }
+    if policy.cohort_salt:  # None only in policies pickled before cohorts existed: per-connection draws
+        doc["salt"] = policy.cohort_salt
+    if archive is not None:
+        add_edge_rules(doc, policy, archive, now)
     return validate_table(doc, schema=False)
+
+
+def add_edge_rules(table: dict, policy, archive, now: float) -> int:
+    """Add, per archived prefix, a rule without ``device`` and ``sni`` for the group the policy puts a
+    connection of unknown device and website in (``policy.group_of``, no side effects).
+
+    Class learners publish one rule per prefix x device x site. Real edges never match those for
+    TCP-only telemetry: tailor-agent ignores every rule with ``sni`` or ``device`` (the TCP layer sees
+    neither) and tailor-edge has no device map, so without these fallbacks a learned group never
+    reaches a connection (found by the namespace demo). Device- or SNI-specific rules still win where
+    they match (the most specific rule of the longest prefix wins). Only groups of the table are used;
+    returns the number of rules added.
+    """
+    from tailor.context import Context
+    from tailor.scenario.model import ClientInfo
+
+    groups = {g["id"] for g in table["groups"]}
+    have = {(r["prefix"], r.get("sni"), r.get("device")) for r in table["rules"]}
+    added = 0
+    for prefix, h in archive.items(now):
+        if h is None or (prefix, None, None) in have:
+            continue
+        client = ClientInfo(prefix.split("/", 1)[0], prefix, 0, "", "", "")
+        group = policy.group_of(Context(now, prefix, client, "", h.rtt_ms, h))
+        if group in groups:
+            table["rules"].append({"prefix": prefix, "group": group})
+            added += 1
+    return added
 
 
 def _normalized(space, probs: dict[int, float]) -> list[dict]:

@@ -97,8 +97,12 @@ func checkCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("table version %d: %d configs, %d groups, %d TCP-layer prefixes, holdback %.3f\n",
-		c.Version, len(c.Configs), len(c.Groups), len(c.Prefixes), c.Holdback)
+	draws := "per-connection draws (no salt)"
+	if c.Salted {
+		draws = "per-client cohort draws (salt)"
+	}
+	fmt.Printf("table version %d: %d configs, %d groups, %d TCP-layer prefixes, holdback %.3f, %s\n",
+		c.Version, len(c.Configs), len(c.Groups), len(c.Prefixes), c.Holdback, draws)
 	for _, why := range c.Ignored {
 		fmt.Println("ignored at the TCP layer:", why)
 	}

@@ -19,17 +19,28 @@ const (
 	groupNone   = math.MaxUint32
 )
 
-// Knob bit positions in config.set_mask and apply-error counter indexes
-// (enum knob in sockops.bpf.c).
+// Knob bit positions in config.set_mask and apply-error counter indexes:
+// enum knob in sockops.bpf.c, read from the generated bindings.
 var knobBits = map[string]uint32{
-	"tcp.congestion_control": 0, "tcp.initial_cwnd": 1, "tcp.rto_min_ms": 2, "tcp.delack_max_ms": 3,
-	"tcp.sndbuf_bytes": 4, "tcp.max_pacing_rate_bps": 5, "tcp.notsent_lowat_bytes": 6,
-	"tcp.nodelay": 7, "tcp.rto_max_ms": 8, "tcp.syn_rto_ms": 9,
+	"tcp.congestion_control":  uint32(bpf.SockopsKnobK_CC),
+	"tcp.initial_cwnd":        uint32(bpf.SockopsKnobK_IW),
+	"tcp.rto_min_ms":          uint32(bpf.SockopsKnobK_RTO_MIN),
+	"tcp.delack_max_ms":       uint32(bpf.SockopsKnobK_DELACK_MAX),
+	"tcp.sndbuf_bytes":        uint32(bpf.SockopsKnobK_SNDBUF),
+	"tcp.max_pacing_rate_bps": uint32(bpf.SockopsKnobK_PACING),
+	"tcp.notsent_lowat_bytes": uint32(bpf.SockopsKnobK_LOWAT),
+	"tcp.nodelay":             uint32(bpf.SockopsKnobK_NODELAY),
+	"tcp.rto_max_ms":          uint32(bpf.SockopsKnobK_RTO_MAX),
+	"tcp.syn_rto_ms":          uint32(bpf.SockopsKnobK_SYN_RTO),
 }
+
+// numKnobs is K_NUM: the knobs the program applies (TestKnobBitsMatchEnum
+// checks knobBits covers each exactly once).
+const numKnobs = int(bpf.SockopsKnobK_NUM)
 
 // KnobNames lists the sock_ops knobs by counter index.
 var KnobNames = func() []string {
-	out := make([]string, len(knobBits))
+	out := make([]string, numKnobs)
 	for name, bit := range knobBits {
 		out[bit] = name
 	}
@@ -53,7 +64,8 @@ func buildGeneration(c *rules.Compiled, hz int, available []string) (*generation
 			len(c.Configs), len(c.Groups), len(c.Prefixes), maxConfigs, maxGroups, maxPrefixes-1)}
 	}
 	g := &generation{compiled: c}
-	g.meta = bpf.SockopsMeta{Version: uint32(c.Version), Holdback: uint32(c.Holdback * (1 << 32)), DefaultCfg: uint32(c.Default)}
+	g.meta = bpf.SockopsMeta{Version: uint64(c.Version), Holdback: c.HoldThr, DefaultCfg: uint32(c.Default),
+		K0: c.K0, K1: c.K1, Salted: b2u(c.Salted)}
 	for i, cfg := range c.Configs {
 		v, err := sockopsConfig(cfg, hz, available)
 		if err != nil {
@@ -123,17 +135,26 @@ func setKnob(v *bpf.SockopsConfig, name string, val any, hz int) {
 	}
 }
 
+// sockopsGroup is a compiled group as the program reads it: the
+// thresholds of rules.Thresholds (the last one 2^32, which changes no pick:
+// the program, like rules.Pick, takes the last choice when none qualifies)
+// and the logged probabilities of rules.PlanGroup in fixed point,
+// round(p x 1e9) (spec/decision.md).
 func sockopsGroup(g rules.CompiledGroup) bpf.SockopsGroup {
 	var v bpf.SockopsGroup
 	v.N = uint32(len(g.Configs))
 	for i := range g.Configs {
-		v.Cum[i] = uint64(math.Round(g.Cum[i] * (1 << 32)))
+		v.Cum[i] = g.Cum[i]
 		v.Cfg[i] = uint32(g.Configs[i])
-		v.P_nano[i] = uint32(math.Round(g.P[i] * 1e9))
+		v.P_nano[i] = pNano(g.P[i])
 	}
 	v.Cum[v.N-1] = 1 << 32
+	v.P_nanoHeld = pNano(g.PHeld)
 	return v
 }
+
+// pNano is p x 1e9 rounded to the nearest integer.
+func pNano(p float64) uint32 { return uint32(math.Round(p * 1e9)) }
 
 // v4Space is ::ffff:0:0/96, where IPv4 clients live in the 16-byte trie.
 var v4Space = netip.MustParsePrefix("::ffff:0:0/96")

@@ -3,7 +3,13 @@ package agent
 import (
 	"errors"
 	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/tailor-project/tailor/edge/internal/bpf"
 
 	"github.com/tailor-project/tailor/edge/internal/knobs"
 	"github.com/tailor-project/tailor/edge/internal/rules"
@@ -72,10 +78,89 @@ func TestSockopsConfig(t *testing.T) {
 }
 
 func TestSockopsGroupCumulative(t *testing.T) {
-	g := sockopsGroup(rules.CompiledGroup{Configs: []int{3, 5}, P: []float64{0.75, 0.25}, Cum: []float64{0.75, 1}})
-	if g.N != 2 || g.Cum[0] != 3<<30 || g.Cum[1] != 1<<32 || g.Cfg[1] != 5 || g.P_nano[0] != 750000000 {
+	g := sockopsGroup(rules.CompiledGroup{Configs: []int{3, 5}, P: []float64{0.5625, 0.4375}, PHeld: 0.4375,
+		Cum: rules.Thresholds([]float64{0.75, 0.25})})
+	if g.N != 2 || g.Cum[0] != 3<<30 || g.Cum[1] != 1<<32 || g.Cfg[1] != 5 || g.P_nano[0] != 562500000 ||
+		g.P_nano[1] != 437500000 || g.P_nanoHeld != 437500000 {
 		t.Fatalf("group %+v", g)
 	}
+	// floor, not round: floor(0.1 x 2^32) = 429496729 (round: ...730), 0.1+0.2 = 0.30000000000000004 -> 1288490188 (round: ...189)
+	g = sockopsGroup(rules.CompiledGroup{Configs: []int{0, 1, 2}, P: []float64{0.1, 0.2, 0.7}, Cum: rules.Thresholds([]float64{0.1, 0.2, 0.7})})
+	if g.Cum[0] != 429496729 || g.Cum[1] != 1288490188 || g.Cum[2] != 1<<32 {
+		t.Fatalf("thresholds %v, want floor(cum x 2^32) with the last 2^32", g.Cum)
+	}
+}
+
+// TestKnobBitsMatchEnum: knobBits names every value of enum knob once, and
+// the generated enums (bpf2go -type knob -type counter) are those of
+// sockops.bpf.c as it is now (a stale `go generate` would shift indexes).
+func TestKnobBitsMatchEnum(t *testing.T) {
+	seen := make([]string, numKnobs)
+	for name, bit := range knobBits {
+		if int(bit) >= numKnobs || seen[bit] != "" {
+			t.Fatalf("knob %s: bit %d out of range or shared with %q", name, bit, seen[min(int(bit), numKnobs-1)])
+		}
+		seen[bit] = name
+	}
+	if len(knobBits) != numKnobs {
+		t.Fatalf("%d knobs mapped, enum knob has %d", len(knobBits), numKnobs)
+	}
+	src, err := os.ReadFile("../bpf/sockops.bpf.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	knob := cEnum(t, string(src), "knob", nil)
+	counter := cEnum(t, string(src), "counter", knob)
+	gen := map[string]int{
+		"K_CC": int(bpf.SockopsKnobK_CC), "K_IW": int(bpf.SockopsKnobK_IW), "K_RTO_MIN": int(bpf.SockopsKnobK_RTO_MIN),
+		"K_DELACK_MAX": int(bpf.SockopsKnobK_DELACK_MAX), "K_SNDBUF": int(bpf.SockopsKnobK_SNDBUF), "K_PACING": int(bpf.SockopsKnobK_PACING),
+		"K_LOWAT": int(bpf.SockopsKnobK_LOWAT), "K_NODELAY": int(bpf.SockopsKnobK_NODELAY), "K_RTO_MAX": int(bpf.SockopsKnobK_RTO_MAX),
+		"K_SYN_RTO": int(bpf.SockopsKnobK_SYN_RTO), "K_NUM": numKnobs,
+		"C_TUNED": cTuned, "C_MISS": cMiss, "C_EVENTS": cEvents, "C_EVENTS_LOST": cEventsLost, "C_STORAGE_FAIL": cStorageFail,
+		"C_PENDING_HIT": cPendingHit, "C_HOLDBACK": cHoldback, "C_NUM": cNum,
+	}
+	if len(knob)+len(counter) != len(gen) {
+		t.Errorf("sockops.bpf.c has %d knob and %d counter names, Go uses %d: regenerate (go generate in internal/bpf) and map the new ones",
+			len(knob), len(counter), len(gen))
+	}
+	for _, e := range []map[string]int{knob, counter} {
+		for name, v := range e {
+			if g, ok := gen[name]; !ok || g != v {
+				t.Errorf("%s = %d in sockops.bpf.c, %d (known %v) in Go: regenerate with go generate in internal/bpf", name, v, g, ok)
+			}
+		}
+	}
+}
+
+// cEnum reads `enum name { A, B = X, ... };` from C source: names with
+// their values (an initialiser may name a value of prev).
+func cEnum(t *testing.T, src, name string, prev map[string]int) map[string]int {
+	t.Helper()
+	m := regexp.MustCompile(`enum ` + name + ` \{([^}]*)\};`).FindStringSubmatch(src)
+	if m == nil {
+		t.Fatalf("no enum %s in sockops.bpf.c", name)
+	}
+	out, v := map[string]int{}, 0
+	for _, item := range strings.Split(m[1], ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		id, init, hasInit := strings.Cut(item, "=")
+		id, init = strings.TrimSpace(id), strings.TrimSpace(init)
+		if hasInit {
+			if n, err := strconv.Atoi(init); err == nil {
+				v = n
+			} else if p, ok := prev[init]; ok {
+				v = p
+			} else {
+				t.Fatalf("enum %s: cannot read initialiser %q", name, init)
+			}
+		}
+		out[id] = v
+		v++
+	}
+	return out
 }
 
 func TestPreflightNotRoot(t *testing.T) {
@@ -94,5 +179,19 @@ func TestKernelHZ(t *testing.T) {
 	}
 	if hz != 100 && hz != 250 && hz != 300 && hz != 1000 {
 		t.Fatalf("HZ %d", hz)
+	}
+}
+
+// TestSockopsMeta: the meta carries the whole 64-bit table version (the
+// cohort draw's arm half hashes all of it; telemetry reports it) and the
+// salt key.
+func TestSockopsMeta(t *testing.T) {
+	c := &rules.Compiled{Version: 1<<40 + 7, HoldThr: 1 << 30, Salted: true, K0: 0x0706050403020100, K1: 0x0f0e0d0c0b0a0908}
+	g, err := buildGeneration(c, 250, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := g.meta; m.Version != 1<<40+7 || m.Holdback != 1<<30 || m.Salted != 1 || m.K0 != c.K0 || m.K1 != c.K1 {
+		t.Fatalf("meta %+v", m)
 	}
 }

@@ -65,6 +65,10 @@ func monotonicOffset() time.Duration {
 	return time.Duration(time.Now().UnixNano() - ts.Nano())
 }
 
+// record turns one event into a "connection" record. Config, group,
+// probability and holdback are the program's decision (spec/decision.md):
+// the group is named for held-back connections too, the probability is the
+// marginal one (p_nano / 1e9), holdback is the client's flag.
 func (a *Agent) record(raw []byte, boot time.Duration) (telemetry.Record, bool) {
 	var e bpf.SockopsEvent
 	if _, err := binary.Decode(raw, binary.LittleEndian, &e); err != nil {
@@ -92,7 +96,7 @@ func (a *Agent) record(raw []byte, boot time.Duration) (telemetry.Record, bool) 
 		CongestionControl: cString(e.Cc[:]),
 	}
 	r.ClientPrefix, r.ClientAddr = a.clientPrefix(addr)
-	if c := a.compiled(e.Version); c != nil && e.Group != groupNone && int(e.Group) < len(c.Groups) {
+	if c := a.compiled(int64(e.Version)); c != nil && e.Group != groupNone && int(e.Group) < len(c.Groups) {
 		r.Group = c.Groups[e.Group].ID
 	}
 	return r, true

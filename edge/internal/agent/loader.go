@@ -33,8 +33,8 @@ type Agent struct {
 	available []string
 
 	mu      sync.Mutex
-	gen     uint32                     // active generation (0 or 1)
-	history map[uint32]*rules.Compiled // recent tables by version, for telemetry
+	gen     uint32                    // active generation (0 or 1)
+	history map[int64]*rules.Compiled // recent tables by version, for telemetry
 	lastErr error
 
 	received atomic.Int64 // events read from the ring buffer
@@ -47,7 +47,7 @@ func Open(cfg Config) (*Agent, error) {
 	if err := preflight(&cfg); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, history: map[uint32]*rules.Compiled{}}
+	a := &Agent{cfg: cfg, history: map[int64]*rules.Compiled{}}
 	if err := a.open(); err != nil {
 		return nil, errors.Join(err, a.Close())
 	}

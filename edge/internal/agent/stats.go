@@ -4,29 +4,32 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/tailor-project/tailor/edge/internal/bpf"
 )
 
-// Counter indexes after the per-knob apply errors (enum counter in sockops.bpf.c).
+// Counter indexes after the per-knob apply errors: enum counter in
+// sockops.bpf.c, read from the generated bindings.
 const (
-	cTuned = iota + 10
-	cMiss
-	cEvents
-	cEventsLost
-	cStorageFail
-	cPendingHit
-	cHoldback
-	cNum
+	cTuned       = int(bpf.SockopsCounterC_TUNED)
+	cMiss        = int(bpf.SockopsCounterC_MISS)
+	cEvents      = int(bpf.SockopsCounterC_EVENTS)
+	cEventsLost  = int(bpf.SockopsCounterC_EVENTS_LOST)
+	cStorageFail = int(bpf.SockopsCounterC_STORAGE_FAIL)
+	cPendingHit  = int(bpf.SockopsCounterC_PENDING_HIT)
+	cHoldback    = int(bpf.SockopsCounterC_HOLDBACK)
+	cNum         = int(bpf.SockopsCounterC_NUM)
 )
 
 // Stats are the program's counters summed over CPUs, plus the reader's.
 type Stats struct {
 	Tuned       uint64            // connections configured at ESTABLISHED
-	Miss        uint64            // lookups that fell to the default configuration
+	Miss        uint64            // connections no rule matched (the default configuration)
 	Events      uint64            // events submitted to the ring buffer
 	EventsLost  uint64            // events lost because the ring buffer was full
 	StorageFail uint64            // sk_storage allocation failures (no telemetry)
-	PendingHit  uint64            // connections that reused their TIMEOUT_INIT draw
-	Holdback    uint64            // connections held back to the default
+	PendingHit  uint64            // connections that reused their TIMEOUT_INIT draw (tables without a salt)
+	Holdback    uint64            // connections whose client is held back (matched or not; spec/decision.md)
 	Received    uint64            // events read by the agent
 	ApplyErrors map[string]uint64 // failed bpf_setsockopt calls per knob
 }

@@ -92,9 +92,9 @@ func putAll[T any](m *ebpf.Map, base uint32, vals []T) error {
 }
 
 func (a *Agent) remember(c *rules.Compiled) {
-	a.history[uint32(c.Version)] = c
+	a.history[c.Version] = c
 	for len(a.history) > keepVersions {
-		oldest := uint32(c.Version)
+		oldest := c.Version
 		for v := range a.history {
 			oldest = min(oldest, v)
 		}
@@ -113,14 +113,14 @@ func (a *Agent) restoreGeneration() error {
 }
 
 // Version is the installed table version (0 = none).
-func (a *Agent) Version() uint32 {
+func (a *Agent) Version() int64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var m bpf.SockopsMeta
 	if err := a.objs.Metas.Lookup(a.gen, &m); err != nil {
 		return 0
 	}
-	return m.Version
+	return int64(m.Version)
 }
 
 // LastError is the most recent table error (nil after a good table).
@@ -136,7 +136,7 @@ func (a *Agent) setLastError(err error) {
 	a.mu.Unlock()
 }
 
-func (a *Agent) compiled(version uint32) *rules.Compiled {
+func (a *Agent) compiled(version int64) *rules.Compiled {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.history[version]

@@ -3,6 +3,9 @@
 // SPDX-License-Identifier: GPL-2.0
 // Tailor sock_ops program: per-connection TCP tuning by client prefix, plus
 // one telemetry event per connection at close. See ../../cmd/tailor-agent/README.md.
+// Which configuration a connection gets, and the probability and holdback
+// flag it reports, is spec/decision.md in integers; the agent compiles the
+// maps with rules.Decide's pieces (internal/rules/decide.go).
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -25,6 +28,7 @@
 #define AF_INET 2
 
 // Knob indexes: bit positions in config.set_mask and apply-error counters.
+// Go reads both enums from the generated bindings (SockopsKnob*, SockopsCounter*).
 enum knob {
 	K_CC, K_IW, K_RTO_MIN, K_DELACK_MAX, K_SNDBUF, K_PACING, K_LOWAT,
 	K_NODELAY, K_RTO_MAX, K_SYN_RTO, K_NUM
@@ -58,17 +62,20 @@ struct config {
 
 struct group {
 	__u32 n;
-	__u32 pad;
-	__u64 cum[MAX_CHOICES];  // cumulative probability x 2^32
+	__u32 p_nano_held;       // logged p x 1e9 of a held-back connection (the default)
+	__u64 cum[MAX_CHOICES];  // floor(cumulative p x 2^32), the last one 2^32
 	__u32 cfg[MAX_CHOICES];  // config index in this generation
-	__u32 p_nano[MAX_CHOICES];
+	__u32 p_nano[MAX_CHOICES]; // logged p x 1e9 of each choice when treated
 };
 
 struct meta {
-	__u32 version;
-	__u32 holdback;          // holdback share x 2^32 (0 = none)
+	__u64 version;           // the table's version (0 = none installed)
+	__u32 holdback;          // floor(holdback share x 2^32) (0 = none)
 	__u32 default_cfg;
 	__u32 syn_rto_any;       // some config sets the SYN-ACK RTO
+	__u32 salted;            // 1: per-client cohort draws; 0: per-connection draws
+	__u64 k0;                // SipHash key of the table's salt (bytes 0-7, little-endian)
+	__u64 k1;                // bytes 8-15
 };
 
 struct pending_key {
@@ -78,21 +85,16 @@ struct pending_key {
 	__u32 lport;
 };
 
-struct draw {
-	__u32 u;
-	__u32 h;
-};
-
 struct conn {
 	__u64 start_ns;
 	__u64 max_rate;          // bytes/s, maximum over RTT_CB samples
 	__u64 id40;
-	__u32 version;
+	__u64 version;
 	__u32 group;
 	__u32 cfg;
 	__u32 p_nano;
 	__u8 holdback;
-	__u8 pad[7];
+	__u8 pad[3];
 };
 
 struct event {
@@ -104,13 +106,13 @@ struct event {
 	__u64 bytes_retrans;
 	__u64 max_rate;
 	__u64 id40;
+	__u64 version;
 	__u32 srtt_us;
 	__u32 min_rtt_us;
 	__u32 retransmits;
 	__u32 delivered;
 	__u32 cwnd;
 	__u32 mss;
-	__u32 version;
 	__u32 group;
 	__u32 cfg;
 	__u32 p_nano;
@@ -180,7 +182,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct pending_key);
-	__type(value, struct draw);
+	__type(value, __u64);    // the per-connection draw of TIMEOUT_INIT
 } pending SEC(".maps");
 
 struct {
@@ -214,6 +216,9 @@ struct {
 
 const struct event *unused_event __attribute__((unused));
 const struct lpm_key *unused_key __attribute__((unused));
+// Keep both enums in BTF so bpf2go emits them for Go (-type knob -type counter).
+const enum knob *unused_knob __attribute__((unused));
+const enum counter *unused_counter __attribute__((unused));
 
 // Volatile context reads stop clang from merging loads of different
 // fields into one load through a computed ctx pointer (verifier rejects it).
@@ -273,14 +278,77 @@ static __always_inline void pending_key_of(struct bpf_sock_ops *skops, struct pe
 // The per-connection decision: which config of which group, in which table.
 struct choice {
 	struct config *cfg;
-	__u32 version;
+	__u64 version;
 	__u32 group;
 	__u32 cfg_idx;
 	__u32 p_nano;
 	__u8 holdback;
+	__u8 matched;
 };
 
-static __always_inline int pick(struct group *g, __u32 u, __u32 *idx)
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND do {                                                    \
+	v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);         \
+	v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                             \
+	v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                             \
+	v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);         \
+} while (0)
+
+// SipHash-2-4 state (rules.SipHash24 in Go).
+struct sip {
+	__u64 v0, v1, v2, v3;
+};
+
+static __always_inline void sip_init(struct sip *s, __u64 k0, __u64 k1)
+{
+	s->v0 = k0 ^ 0x736f6d6570736575ULL;
+	s->v1 = k1 ^ 0x646f72616e646f6dULL;
+	s->v2 = k0 ^ 0x6c7967656e657261ULL;
+	s->v3 = k1 ^ 0x7465646279746573ULL;
+}
+
+// sip_block compresses one little-endian 64-bit message word (2 rounds).
+static __always_inline void sip_block(struct sip *s, __u64 m)
+{
+	__u64 v0 = s->v0, v1 = s->v1, v2 = s->v2, v3 = s->v3;
+	v3 ^= m; SIPROUND; SIPROUND; v0 ^= m;
+	s->v0 = v0; s->v1 = v1; s->v2 = v2; s->v3 = v3;
+}
+
+// sip_final compresses the length block of a message of n = 8k bytes (no
+// tail bytes: b = n << 56) and finalizes (4 rounds).
+static __always_inline __u64 sip_final(struct sip *s, __u64 n)
+{
+	sip_block(s, n << 56);
+	__u64 v0 = s->v0, v1 = s->v1, v2 = s->v2 ^ 0xff, v3 = s->v3;
+	SIPROUND; SIPROUND; SIPROUND; SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+// The client's cohort draw (spec/decision.md; rules.CohortDraw in Go): the
+// high half of H = SipHash(salt, unit), the low half of A = SipHash(salt,
+// unit || version as 8 bytes little-endian). Both messages start with the
+// unit's two words, so the state after them is computed once: 18 rounds in
+// all instead of 22. The unit of a remote address in its 16-byte form: an
+// IPv4 client (AF_INET, or a v4-mapped AF_INET6 peer: both are
+// ::ffff:a.b.c.d here) is the whole mapped address, an IPv6 client its /64.
+static __always_inline __u64 cohort_draw(struct meta *m, const __u8 a[16])
+{
+	const __u32 *w = (const __u32 *)a; // 4-byte aligned (lpm_key.addr): no 8-byte loads
+	__u64 m0 = w[0] | (__u64)w[1] << 32, m1 = w[2] | (__u64)w[3] << 32; // little-endian words (bpfel)
+	if (!(w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0xffff)))
+		m1 = 0;
+	struct sip s, t;
+	sip_init(&s, m->k0, m->k1);
+	sip_block(&s, m0);
+	sip_block(&s, m1);
+	t = s;
+	sip_block(&t, m->version);
+	__u64 hold = sip_final(&s, 16), arm = sip_final(&t, 24);
+	return (hold & 0xffffffff00000000ULL) | (arm & 0xffffffffULL);
+}
+
+static __always_inline int pick(struct group *g, __u32 lo, __u32 *idx)
 {
 	__u32 n = g->n;
 	if (n == 0 || n > MAX_CHOICES)
@@ -288,7 +356,7 @@ static __always_inline int pick(struct group *g, __u32 u, __u32 *idx)
 	for (int i = 0; i < MAX_CHOICES; i++) {
 		if (i >= n)
 			break;
-		if ((__u64)u < g->cum[i] || i == n - 1) {
+		if ((__u64)lo < g->cum[i] || i == n - 1) {
 			*idx = i;
 			return 0;
 		}
@@ -296,43 +364,56 @@ static __always_inline int pick(struct group *g, __u32 u, __u32 *idx)
 	return -1;
 }
 
-static __always_inline int resolve(struct bpf_sock_ops *skops, struct draw *d, struct choice *c)
+// active_meta is the installed table's meta and generation (NULL: none).
+static __always_inline struct meta *active_meta(__u32 *gen)
 {
 	__u32 zero = 0;
 	__u32 *genp = bpf_map_lookup_elem(&active, &zero);
 	if (!genp)
-		return -1;
-	__u32 gen = *genp & 1;
-	struct meta *m = bpf_map_lookup_elem(&metas, &gen);
+		return 0;
+	*gen = *genp & 1;
+	struct meta *m = bpf_map_lookup_elem(&metas, gen);
 	if (!m || m->version == 0)
-		return -1;
+		return 0;
+	return m;
+}
+
+// resolve is spec/decision.md with sni and device unknown: holdback from
+// the draw's high half (every client), the group by longest prefix, then
+// the default (no group, or held back) or the choice the low half picks.
+// draw is the per-connection draw, replaced by the cohort draw under a salt.
+static __always_inline int resolve(struct bpf_sock_ops *skops, __u32 gen, struct meta *m, __u64 draw, struct choice *c)
+{
+	struct lpm_key key = {.prefixlen = 128};
+	remote_addr(skops, key.addr);
+	if (m->salted)
+		draw = cohort_draw(m, key.addr);
 	c->version = m->version;
 	c->group = GROUP_NONE;
 	c->p_nano = 1000000000;
-	c->holdback = 0;
+	c->holdback = (__u32)(draw >> 32) < m->holdback;
+	c->matched = 0;
 	__u32 cfg = m->default_cfg;
-	if (m->holdback && d->h < m->holdback) {
-		c->holdback = 1;
-		count(C_HOLDBACK);
-	} else {
-		void *trie = bpf_map_lookup_elem(&prefixes, &gen);
-		if (!trie)
+	void *trie = bpf_map_lookup_elem(&prefixes, &gen);
+	if (!trie)
+		return -1;
+	__u32 *gi = bpf_map_lookup_elem(trie, &key);
+	if (gi && *gi != GROUP_NONE) {
+		__u32 gk = gen * MAX_GROUPS + (*gi % MAX_GROUPS);
+		struct group *g = bpf_map_lookup_elem(&groups, &gk);
+		if (!g)
 			return -1;
-		struct lpm_key key = {.prefixlen = 128};
-		remote_addr(skops, key.addr);
-		__u32 *gi = bpf_map_lookup_elem(trie, &key);
-		if (gi && *gi != GROUP_NONE) {
-			__u32 gk = gen * MAX_GROUPS + (*gi % MAX_GROUPS);
-			struct group *g = bpf_map_lookup_elem(&groups, &gk);
+		c->group = *gi;
+		c->matched = 1;
+		if (c->holdback) {
+			c->p_nano = g->p_nano_held;
+		} else {
 			__u32 i = 0;
-			if (!g || pick(g, d->u, &i) < 0)
+			if (pick(g, (__u32)draw, &i) < 0)
 				return -1;
 			i &= MAX_CHOICES - 1;
-			c->group = *gi;
 			cfg = g->cfg[i];
 			c->p_nano = g->p_nano[i];
-		} else {
-			count(C_MISS);
 		}
 	}
 	c->cfg_idx = cfg;
@@ -341,20 +422,25 @@ static __always_inline int resolve(struct bpf_sock_ops *skops, struct draw *d, s
 	return c->cfg ? 0 : -1;
 }
 
-// take_draw returns the draw made at TIMEOUT_INIT for this 4-tuple, or a fresh one.
-static __always_inline void take_draw(struct bpf_sock_ops *skops, struct draw *d)
+static __always_inline __u64 fresh_draw(void)
+{
+	return ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32();
+}
+
+// take_draw returns the draw made at TIMEOUT_INIT for this 4-tuple, or a
+// fresh one (per-connection draws: tables without a salt).
+static __always_inline __u64 take_draw(struct bpf_sock_ops *skops)
 {
 	struct pending_key k = {};
 	pending_key_of(skops, &k);
-	struct draw *p = bpf_map_lookup_elem(&pending, &k);
+	__u64 *p = bpf_map_lookup_elem(&pending, &k);
 	if (p) {
-		*d = *p;
+		__u64 d = *p;
 		bpf_map_delete_elem(&pending, &k);
 		count(C_PENDING_HIT);
-		return;
+		return d;
 	}
-	d->u = bpf_get_prandom_u32();
-	d->h = bpf_get_prandom_u32();
+	return fresh_draw();
 }
 
 static __always_inline void setopt(struct bpf_sock_ops *skops, int level, int opt, int val, __u32 knob)
@@ -391,30 +477,24 @@ static __always_inline void apply(struct bpf_sock_ops *skops, struct config *c)
 		setopt(skops, SOL_TCP, TCP_RTO_MAX_MS, c->rto_max_ms, K_RTO_MAX);
 }
 
-static __always_inline int syn_rto_used(void)
-{
-	__u32 zero = 0;
-	__u32 *genp = bpf_map_lookup_elem(&active, &zero);
-	if (!genp)
-		return 0;
-	__u32 gen = *genp & 1;
-	struct meta *m = bpf_map_lookup_elem(&metas, &gen);
-	return m && m->syn_rto_any;
-}
-
-// Only tables that set a SYN-ACK RTO pay for the early draw and the
-// pending entry; otherwise ESTABLISHED draws on its own.
+// Only tables that set a SYN-ACK RTO decide this early. Without a salt
+// the draw is kept in pending for ESTABLISHED to reuse; with one the
+// decision is a function of the client, so ESTABLISHED recomputes it.
 static __always_inline int on_timeout_init(struct bpf_sock_ops *skops)
 {
-	if (!syn_rto_used())
+	__u32 gen = 0;
+	struct meta *m = active_meta(&gen);
+	if (!m || !m->syn_rto_any)
 		return -1;
-	struct draw d = {.u = bpf_get_prandom_u32(), .h = bpf_get_prandom_u32()};
+	__u64 draw = m->salted ? 0 : fresh_draw();
 	struct choice c = {};
-	if (resolve(skops, &d, &c) < 0)
+	if (resolve(skops, gen, m, draw, &c) < 0)
 		return -1;
-	struct pending_key k = {};
-	pending_key_of(skops, &k);
-	bpf_map_update_elem(&pending, &k, &d, BPF_ANY);
+	if (!m->salted) {
+		struct pending_key k = {};
+		pending_key_of(skops, &k);
+		bpf_map_update_elem(&pending, &k, &draw, BPF_ANY);
+	}
 	if (!(c.cfg->set_mask & (1 << K_SYN_RTO)))
 		return -1;
 	return c.cfg->syn_rto_jiffies;
@@ -423,13 +503,20 @@ static __always_inline int on_timeout_init(struct bpf_sock_ops *skops)
 static __always_inline void on_established(struct bpf_sock_ops *skops)
 {
 	__u64 t0 = bpf_ktime_get_ns();
-	struct draw d;
+	__u32 gen = 0;
+	struct meta *m = active_meta(&gen);
+	if (!m)
+		return;
+	__u64 draw = m->salted ? 0 : take_draw(skops);
 	struct choice c = {};
-	take_draw(skops, &d);
-	if (resolve(skops, &d, &c) < 0)
+	if (resolve(skops, gen, m, draw, &c) < 0)
 		return;
 	apply(skops, c.cfg);
 	count(C_TUNED);
+	if (!c.matched)
+		count(C_MISS);
+	if (c.holdback)
+		count(C_HOLDBACK);
 	struct bpf_sock *sk = skops->sk;
 	if (telemetry_on && sk) {
 		struct conn *s = bpf_sk_storage_get(&conns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);

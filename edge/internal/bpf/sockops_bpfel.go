@@ -34,19 +34,26 @@ type SockopsConn struct {
 	StartNs  uint64
 	MaxRate  uint64
 	Id40     uint64
-	Version  uint32
+	Version  uint64
 	Group    uint32
 	Cfg      uint32
 	P_nano   uint32
 	Holdback uint8
-	Pad      [7]uint8
+	Pad      [3]uint8
 }
 
-type SockopsDraw struct {
-	_ structs.HostLayout
-	U uint32
-	H uint32
-}
+type SockopsCounter uint32
+
+const (
+	SockopsCounterC_TUNED        SockopsCounter = 10
+	SockopsCounterC_MISS         SockopsCounter = 11
+	SockopsCounterC_EVENTS       SockopsCounter = 12
+	SockopsCounterC_EVENTS_LOST  SockopsCounter = 13
+	SockopsCounterC_STORAGE_FAIL SockopsCounter = 14
+	SockopsCounterC_PENDING_HIT  SockopsCounter = 15
+	SockopsCounterC_HOLDBACK     SockopsCounter = 16
+	SockopsCounterC_NUM          SockopsCounter = 17
+)
 
 type SockopsEvent struct {
 	_            structs.HostLayout
@@ -58,13 +65,13 @@ type SockopsEvent struct {
 	BytesRetrans uint64
 	MaxRate      uint64
 	Id40         uint64
+	Version      uint64
 	SrttUs       uint32
 	MinRttUs     uint32
 	Retransmits  uint32
 	Delivered    uint32
 	Cwnd         uint32
 	Mss          uint32
-	Version      uint32
 	Group        uint32
 	Cfg          uint32
 	P_nano       uint32
@@ -72,17 +79,32 @@ type SockopsEvent struct {
 	Family       uint8
 	Holdback     uint8
 	Cc           [16]int8
-	_            [4]byte
 }
 
 type SockopsGroup struct {
-	_      structs.HostLayout
-	N      uint32
-	Pad    uint32
-	Cum    [8]uint64
-	Cfg    [8]uint32
-	P_nano [8]uint32
+	_          structs.HostLayout
+	N          uint32
+	P_nanoHeld uint32
+	Cum        [8]uint64
+	Cfg        [8]uint32
+	P_nano     [8]uint32
 }
+
+type SockopsKnob uint32
+
+const (
+	SockopsKnobK_CC         SockopsKnob = 0
+	SockopsKnobK_IW         SockopsKnob = 1
+	SockopsKnobK_RTO_MIN    SockopsKnob = 2
+	SockopsKnobK_DELACK_MAX SockopsKnob = 3
+	SockopsKnobK_SNDBUF     SockopsKnob = 4
+	SockopsKnobK_PACING     SockopsKnob = 5
+	SockopsKnobK_LOWAT      SockopsKnob = 6
+	SockopsKnobK_NODELAY    SockopsKnob = 7
+	SockopsKnobK_RTO_MAX    SockopsKnob = 8
+	SockopsKnobK_SYN_RTO    SockopsKnob = 9
+	SockopsKnobK_NUM        SockopsKnob = 10
+)
 
 type SockopsLpmKey struct {
 	_         structs.HostLayout
@@ -92,10 +114,13 @@ type SockopsLpmKey struct {
 
 type SockopsMeta struct {
 	_          structs.HostLayout
-	Version    uint32
+	Version    uint64
 	Holdback   uint32
 	DefaultCfg uint32
 	SynRtoAny  uint32
+	Salted     uint32
+	K0         uint64
+	K1         uint64
 }
 
 type SockopsPendingKey struct {
@@ -124,8 +149,10 @@ const (
 	SockopsVarCostHist       = "cost_hist"
 	SockopsVarTelemetryOn    = "telemetry_on"
 	SockopsVarTrackRate      = "track_rate"
+	SockopsVarUnusedCounter  = "unused_counter"
 	SockopsVarUnusedEvent    = "unused_event"
 	SockopsVarUnusedKey      = "unused_key"
+	SockopsVarUnusedKnob     = "unused_knob"
 	SockopsVarWakeBytes      = "wake_bytes"
 )
 
@@ -194,12 +221,14 @@ type SockopsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type SockopsVariableSpecs struct {
-	CostHist    *ebpf.VariableSpec `ebpf:"cost_hist"`
-	TelemetryOn *ebpf.VariableSpec `ebpf:"telemetry_on"`
-	TrackRate   *ebpf.VariableSpec `ebpf:"track_rate"`
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedKey   *ebpf.VariableSpec `ebpf:"unused_key"`
-	WakeBytes   *ebpf.VariableSpec `ebpf:"wake_bytes"`
+	CostHist      *ebpf.VariableSpec `ebpf:"cost_hist"`
+	TelemetryOn   *ebpf.VariableSpec `ebpf:"telemetry_on"`
+	TrackRate     *ebpf.VariableSpec `ebpf:"track_rate"`
+	UnusedCounter *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedKey     *ebpf.VariableSpec `ebpf:"unused_key"`
+	UnusedKnob    *ebpf.VariableSpec `ebpf:"unused_knob"`
+	WakeBytes     *ebpf.VariableSpec `ebpf:"wake_bytes"`
 }
 
 // SockopsObjects contains all objects after they have been loaded into the kernel.
@@ -253,12 +282,14 @@ func (m *SockopsMaps) Close() error {
 //
 // It can be passed to LoadSockopsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type SockopsVariables struct {
-	CostHist    *ebpf.Variable `ebpf:"cost_hist"`
-	TelemetryOn *ebpf.Variable `ebpf:"telemetry_on"`
-	TrackRate   *ebpf.Variable `ebpf:"track_rate"`
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
-	UnusedKey   *ebpf.Variable `ebpf:"unused_key"`
-	WakeBytes   *ebpf.Variable `ebpf:"wake_bytes"`
+	CostHist      *ebpf.Variable `ebpf:"cost_hist"`
+	TelemetryOn   *ebpf.Variable `ebpf:"telemetry_on"`
+	TrackRate     *ebpf.Variable `ebpf:"track_rate"`
+	UnusedCounter *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
+	UnusedKey     *ebpf.Variable `ebpf:"unused_key"`
+	UnusedKnob    *ebpf.Variable `ebpf:"unused_knob"`
+	WakeBytes     *ebpf.Variable `ebpf:"wake_bytes"`
 }
 
 // SockopsPrograms contains all programs after they have been loaded into the kernel.

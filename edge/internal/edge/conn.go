@@ -113,7 +113,7 @@ func classify(h *tls.ClientHelloInfo, plan *Plan, devices *DeviceMap, ja3 bool, 
 		st.JA3 = tlsfp.JA3(h)
 	}
 	st.Device = devices.Device(st.JA4)
-	st.Decision = plan.Decide(rules.Conn{Addr: addr, SNI: st.SNI, Device: st.Device}, rand.Float64(), rand.Float64())
+	st.Decision = plan.Decide(rules.Conn{Addr: addr, SNI: st.SNI, Device: st.Device}, rand.Uint64())
 	return st
 }
 

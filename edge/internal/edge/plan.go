@@ -42,20 +42,23 @@ type Plan struct {
 	Default  *ConnConfig
 }
 
-// Decision is a connection's resolved configuration.
+// Decision is a connection's decision (rules.Decision: group, config, the
+// logged probability, the holdback flag) and its provisioned configuration.
 type Decision struct {
 	rules.Decision
-	Holdback bool
-	Conf     *ConnConfig
+	Conf *ConnConfig
 }
 
-// Decide classifies c and samples with u, h ~ U[0,1) (h for holdback).
-func (p *Plan) Decide(c rules.Conn, u, h float64) Decision {
-	d := p.Resolver.Resolve(c, u)
-	if d.Group != "" && h < p.Table.Holdback {
-		return Decision{Decision: rules.Decision{Group: d.Group, Config: p.Table.Default, P: p.Table.Holdback}, Holdback: true, Conf: p.Default}
+// Decide applies the table to c by spec/decision.md (rules.Decide); draw is
+// a uniform per-connection 64-bit integer, used only when the table has no
+// salt (with one, the client's cohort draw is used).
+func (p *Plan) Decide(c rules.Conn, draw uint64) Decision {
+	d := p.Resolver.Decide(c, draw)
+	conf := p.Configs[d.Config]
+	if conf == nil { // not reachable: validation checks every config id
+		conf = p.Default
 	}
-	return Decision{Decision: d, Conf: p.Configs[d.Config]}
+	return Decision{Decision: d, Conf: conf}
 }
 
 // provision builds the plan for t; base holds the certificate and limits.

@@ -116,7 +116,7 @@ func (s *Server) quicConfigForClient(info *quic.ClientInfo) (*quic.Config, error
 	plan := s.plan.Load()
 	addr := addrOf(info.RemoteAddr)
 	st := &ConnState{Addr: addr, Device: UnknownDevice, TableVersion: plan.Table.Version}
-	st.Decision = plan.Decide(rules.Conn{Addr: addr}, rand.Float64(), rand.Float64())
+	st.Decision = plan.Decide(rules.Conn{Addr: addr}, rand.Uint64())
 	st.DecideNs = time.Since(start).Nanoseconds()
 	qc := &quicConn{start: start}
 	qc.state.Store(st)

@@ -19,7 +19,7 @@ func TestEmbeddedCopyMatchesSpec(t *testing.T) {
 }
 
 func TestConfigIDMatchesPython(t *testing.T) {
-	// Ids computed by tailor.space.Configuration (spec/vectors/decision-table/resolve.json).
+	// Ids computed by tailor.space.Configuration (the configs of spec/vectors/decision-table/decide.json).
 	cases := []struct {
 		values string
 		id     string

@@ -2,7 +2,6 @@ package rules
 
 import (
 	"fmt"
-	"math"
 	"net/netip"
 	"sort"
 
@@ -18,11 +17,15 @@ const NoGroup = -1
 
 // Compiled is a table reduced to what the TCP layer can use: prefixes
 // (rules with sni or device are dropped: only tailor-edge sees those),
-// groups with cumulative probabilities and configs with every knob filled in.
+// groups as the decision rule needs them (PlanGroup: thresholds and the
+// logged probabilities) and configs with every knob filled in.
 type Compiled struct {
 	Version  int64
 	Holdback float64
-	Default  int // index into Configs
+	HoldThr  uint32 // HoldbackThreshold(Holdback)
+	Salted   bool   // draws are per client: CohortDraw under (K0, K1)
+	K0, K1   uint64 // SaltKey of the table's salt
+	Default  int    // index into Configs
 	Configs  []CompiledConfig
 	Groups   []CompiledGroup
 	Prefixes []PrefixEntry
@@ -36,12 +39,13 @@ type CompiledConfig struct {
 	Set   map[string]any // only the knobs the table set (non-default)
 }
 
-// CompiledGroup holds a group's choices and cumulative probabilities.
+// CompiledGroup is a group's GroupPlan with configs as indexes.
 type CompiledGroup struct {
 	ID      string
 	Configs []int     // indexes into Compiled.Configs
-	P       []float64 // probability of each choice
-	Cum     []float64 // cumulative probability, last forced to 1
+	Cum     []uint64  // thresholds x 2^32 (Thresholds)
+	P       []float64 // logged probability of each choice when treated (GroupPlan.PTreated)
+	PHeld   float64   // logged probability of the default when held back (GroupPlan.PHeld)
 }
 
 // PrefixEntry is one TCP-layer rule: prefix -> group index (or NoGroup).
@@ -52,7 +56,8 @@ type PrefixEntry struct {
 
 // Compile prepares t for the TCP layer.
 func Compile(t *Table, reg *knobs.Registry) (*Compiled, error) {
-	c := &Compiled{Version: t.Version, Holdback: t.Holdback}
+	c := &Compiled{Version: t.Version, Holdback: t.Holdback, HoldThr: HoldbackThreshold(t.Holdback)}
+	c.K0, c.K1, c.Salted = SaltKey(t.Salt)
 	index := compileConfigs(t, reg, c)
 	c.Default = index[t.Default]
 	groupIndex := map[string]int{}
@@ -60,7 +65,7 @@ func Compile(t *Table, reg *knobs.Registry) (*Compiled, error) {
 		if len(g.Choices) > MaxChoices {
 			return nil, &UnsupportedError{Field: fmt.Sprintf("groups[%d].choices", i), What: fmt.Sprintf("%d choices (the TCP layer holds at most %d)", len(g.Choices), MaxChoices)}
 		}
-		c.Groups = append(c.Groups, compileGroup(g, index))
+		c.Groups = append(c.Groups, compileGroup(PlanGroup(g, t.Default, t.Holdback), index))
 		groupIndex[g.ID] = i
 	}
 	for i, r := range t.Rules {
@@ -89,16 +94,11 @@ func compileConfigs(t *Table, reg *knobs.Registry, c *Compiled) map[string]int {
 	return index
 }
 
-func compileGroup(g Group, index map[string]int) CompiledGroup {
-	cg := CompiledGroup{ID: g.ID}
-	acc := 0.0
-	for _, ch := range g.Choices {
-		acc += ch.P
-		cg.Configs = append(cg.Configs, index[ch.Config])
-		cg.P = append(cg.P, ch.P)
-		cg.Cum = append(cg.Cum, math.Min(acc, 1))
+func compileGroup(gp GroupPlan, index map[string]int) CompiledGroup {
+	cg := CompiledGroup{ID: gp.ID, Cum: gp.Cum, P: gp.PTreated, PHeld: gp.PHeld}
+	for _, id := range gp.Configs {
+		cg.Configs = append(cg.Configs, index[id])
 	}
-	cg.Cum[len(cg.Cum)-1] = 1
 	return cg
 }
 

@@ -51,11 +51,12 @@ func newStrBound(min, max int, pat string) strBound {
 
 var (
 	policyBound  = newStrBound(0, 100, `^[!-~]*$`)
+	saltBound    = newStrBound(0, math.MaxInt, `^[0-9a-f]{32}$`) // no maxLength: the pattern bounds it
 	groupIDBound = newStrBound(1, 320, `^[ -~]+$`)
 	ruleBounds   = map[string]strBound{
 		"prefix": newStrBound(0, maxPrefixChars, ""),
-		"sni":    newStrBound(0, 253, `^[A-Za-z0-9._-]*$`),
-		"device": newStrBound(0, 64, `^[!-~]*$`),
+		"sni":    newStrBound(1, 253, `^[A-Za-z0-9._-]*$`),
+		"device": newStrBound(1, 64, `^[!-~]*$`),
 		"group":  newStrBound(1, 320, ""),
 	}
 )
@@ -122,7 +123,7 @@ func fail(p path, format string, args ...any) error {
 	return &FieldError{Field: p.String(), Reason: fmt.Sprintf(format, args...)}
 }
 
-var topKeys = []string{"schema", "version", "generated_at", "valid_for_s", "policy", "holdback", "default", "configs", "groups", "rules"}
+var topKeys = []string{"schema", "version", "generated_at", "valid_for_s", "policy", "holdback", "salt", "default", "configs", "groups", "rules"}
 
 func checkSchema(doc any) error {
 	root, err := object(doc, path{}, []string{"schema", "version", "generated_at", "default", "configs", "groups", "rules"}, topKeys)
@@ -160,6 +161,11 @@ func checkScalars(root obj) error {
 	}
 	if v, ok := root["holdback"]; ok {
 		if err := numberIn(v, path{"holdback"}, holdbackBound); err != nil {
+			return err
+		}
+	}
+	if v, ok := root["salt"]; ok {
+		if err := str(v, path{"salt"}, saltBound); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,7 @@
 // Package rules is the decision-table code shared by tailor-agent and
 // tailor-edge: validation (spec/decision-table.schema.json plus the knob
-// registry), resolution (the reference is tailor.table.TableResolver) and
-// compilation into a lookup-ready form.
+// registry), the one decision rule of spec/decision.md (decide.go; the
+// reference is tailor.table.decide) and compilation into the TCP layer's form.
 package rules
 
 import (
@@ -45,6 +45,7 @@ type Table struct {
 	ValidForS   float64 // 0 = not given
 	Policy      string
 	Holdback    float64
+	Salt        string // "" = no salt: per-connection draws (spec/decision.md)
 	Default     string
 	Configs     map[string]map[string]any // id -> knob values (json.Number normalised to int64)
 	Groups      []Group
@@ -102,6 +103,7 @@ func fromDoc(root obj) (*Table, error) {
 	t.ValidForS = optFloat(root["valid_for_s"])
 	t.Holdback = optFloat(root["holdback"])
 	t.Policy, _ = root["policy"].(string)
+	t.Salt, _ = root["salt"].(string)
 	for id, v := range root["configs"].(obj) {
 		t.Configs[id] = v.(obj)
 	}

@@ -205,7 +205,9 @@ func startServer(cmd *exec.Cmd) (func(), error) {
 }
 
 // loopbackTable: 127.0.0.0/8 -> cubic (Tailor's default CC; the host's is
-// bbr, so the program switches CC) + IW 10 + sndbuf, telemetry on.
+// bbr, so the program switches CC) + IW 16 + sndbuf, telemetry on. It has a
+// salt, as every table a policy compiles does, so the cost includes the
+// per-client SipHash of spec/decision.md.
 func loopbackTable() (string, error) {
 	reg, err := knobs.Default()
 	if err != nil {
@@ -216,7 +218,8 @@ func loopbackTable() (string, error) {
 	t := map[string]any{"schema": "tailor.decision-table/v1", "version": 1, "generated_at": 0.0, "default": def,
 		"configs": map[string]any{def: map[string]any{}, id: light},
 		"groups":  []any{map[string]any{"id": "lo", "choices": []any{map[string]any{"config": id, "p": 1.0}}}},
-		"rules":   []any{map[string]any{"prefix": "127.0.0.0/8", "group": "lo"}}}
+		"rules":   []any{map[string]any{"prefix": "127.0.0.0/8", "group": "lo"}},
+		"salt":    "000102030405060708090a0b0c0d0e0f"}
 	b, _ := json.Marshal(t)
 	f := filepath.Join(os.TempDir(), fmt.Sprintf("tailor-agent-bench-%d.json", os.Getpid()))
 	return f, os.WriteFile(f, b, 0o644)

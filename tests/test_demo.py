@@ -135,6 +135,15 @@ def test_short_demo_output_complete_and_cleaned_up(tmp_path):
         assert g["chosen"]["greedy"].startswith("c-") and 0 < g["chosen"]["p"] <= 1
     assert rep["metrics"]["tailor_ingest_records_total"] >= f["matched"]
     assert rep["metrics"]["tailor_ingest_rejected_records_total"] == 0
+    # what the agent logged is spec/decision.md: decisions and probabilities, sticky per-client cohorts
+    d = rep["decision_audit"]
+    assert d["records"] >= f["matched"] and d["versions"] >= 2 and d["clients"] >= 20, d
+    assert d["decision_mismatches"] == 0 and d["probability_mismatches"] == 0, d["examples"]
+    assert d["clients_switching_cohort"] == 0 and d["clients_switching_config_within_a_version"] == 0
+    assert d["table_holdback"] == [0.2]
+    from tailor.table.audit import binomial_interval  # 99.9% here: the manager's salt is random per run
+    lo, hi = binomial_interval(d["held_back_clients"], d["clients"], z=3.29)
+    assert lo <= 0.2 <= hi, d
     # the satellite link really is slow and the broadband one fast (the links are real)
     sat = [json.loads(x) for x in (out / "fetches.jsonl").read_text().splitlines() if '"satellite"' in x]
     bb = [json.loads(x) for x in (out / "fetches.jsonl").read_text().splitlines() if '"broadband"' in x]

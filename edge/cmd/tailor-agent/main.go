@@ -62,7 +62,7 @@ func runCmd(args []string) error {
 	fs.StringVar(&cfg.Cgroup, "cgroup", "", "cgroup v2 path to attach to (default: create one for this run)")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", "/sys/fs/cgroup/unified", "cgroup v2 mount")
 	fs.StringVar(&cfg.Pin, "pin", "", "private bpffs dir: pin maps and link so a restart keeps tuning")
-	fs.BoolVar(&cfg.FullAddress, "full-address", false, "report full client addresses instead of /24 or /64")
+	fs.BoolVar(&cfg.FullAddress, "full-address", false, "report client_addr (the full client address) besides client_prefix (its /24 or /64)")
 	fs.StringVar(&cfg.Source, "source", "", "instance id in telemetry (default agent-<hostname>)")
 	fs.StringVar(&cfg.TablePubKey, "table-pubkey", "", "PEM file of Ed25519 public keys (PKIX); every table must carry a signature by one of them (URL: X-Tailor-Signature, file: PATH.sig)")
 	fs.StringVar(&cfg.ManagerCA, "manager-ca", "", "PEM CA bundle to verify https:// --table and --telemetry-url URLs (default: system roots)")

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -63,21 +62,8 @@ func TestAgentEndToEnd(t *testing.T) {
 	var cgroup string
 	t.Cleanup(func() { assertClean(t, cgroup, before) }) // runs last
 	tb := newTestbed(t)
-	a, err := agent.Open(agent.Config{Table: table, Poll: 100 * time.Millisecond, FullAddress: true, Log: testLog{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, sink, stop := startAgent(t, agent.Config{Table: table, Poll: 100 * time.Millisecond, FullAddress: true, Log: testLog{t}})
 	cgroup = a.CgroupPath()
-	t.Cleanup(func() { // after the servers are killed
-		if err := a.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	sink := &chanSink{}
-	stop, err := a.Start(context.Background(), sink)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv := reports(startServer(t, a, tb.srv, []string{serverEnv + "=" + tb.serverAddr + ":8080"}, os.Args[0], "-test.run=^$"))
 	waitListen(t, tb.srv, "8080")
 	conns := 0

@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -93,21 +92,8 @@ func TestSockopsDecideVectors(t *testing.T) {
 		}
 	}
 
-	a, err := agent.Open(agent.Config{FullAddress: true, FlushEvery: 20 * time.Millisecond, Log: testLog{t}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, sink, stop := startAgent(t, agent.Config{FullAddress: true, FlushEvery: 20 * time.Millisecond, Log: testLog{t}})
 	cgroup = a.CgroupPath()
-	t.Cleanup(func() { // after the servers are killed
-		if err := a.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	sink := &chanSink{}
-	stop, err := a.Start(context.Background(), sink)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer stop()
 	port := 20000 + os.Getpid()%20000
 	inet := reports(startServer(t, a, ns, []string{serverEnv + "=" + srv4 + ":" + strconv.Itoa(port)}, os.Args[0], "-test.run=^$"))

@@ -103,15 +103,15 @@ func (a *Agent) record(raw []byte, boot time.Duration) (telemetry.Record, bool) 
 }
 
 func (a *Agent) clientPrefix(addr netip.Addr) (prefix, full string) {
-	if a.cfg.FullAddress {
-		return netip.PrefixFrom(addr, addr.BitLen()).String(), addr.String()
-	}
 	bits := 64
 	if addr.Is4() {
 		bits = 24
 	}
 	p, _ := addr.Prefix(bits)
-	return p.String(), ""
+	if a.cfg.FullAddress { // as tailor-edge: the address besides the prefix, never instead of it
+		full = addr.String()
+	}
+	return p.String(), full
 }
 
 func cString(b []int8) string {

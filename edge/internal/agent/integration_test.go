@@ -131,6 +131,27 @@ func inNetns(path string, fn func() error) error {
 }
 
 // chanSink collects telemetry records for the test.
+// startAgent opens and starts an agent whose Close runs at cleanup (after
+// the servers the test started are killed); stop ends its event reader.
+func startAgent(t *testing.T, cfg agent.Config) (*agent.Agent, *chanSink, func()) {
+	t.Helper()
+	a, err := agent.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	sink := &chanSink{}
+	stop, err := a.Start(context.Background(), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, sink, stop
+}
+
 type chanSink struct {
 	mu   sync.Mutex
 	recs []telemetry.Record

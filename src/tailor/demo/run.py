@@ -36,11 +36,12 @@ from tailor.demo import analysis
 from tailor.demo.cli import DEFAULT_POLICY_PARAMS, GROUPS, GroupSpec
 from tailor.demo.binaries import ROOT, DemoError, binary
 from tailor.demo.workload import Workload, fetch_once
-from tailor.demo.world import World, cgroups_left, leftovers, pid_alive
+from tailor.demo.world import World, cgroups_left, ip, leftovers, pid_alive
 from tailor.testbed.conditions import CATALOG, Condition
 
 OBJECT_BYTES = 300_000
 PORT = 8443
+CLIENTS_PER_GROUP = 24  # client addresses per group: holdback membership is per client (spec/decision.md)
 SPACE = "transport"
 # 6 configurations: {cubic, bbr} x IW {10, 32, 64}; RTO min and SYN RTO stay at their defaults.
 ALLOWED = "tcp.congestion_control!=reno,tcp.initial_cwnd>=10,tcp.initial_cwnd!=16,tcp.rto_min_ms==200,tcp.syn_rto_ms==1000"
@@ -135,10 +136,15 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
                                         "--seed", str(args.seed * 101 + i),
                                         "--stats", str(world.workdir / f"link-{g.name}.json")])
         links.append({"name": g.name, "condition": c.to_dict(), "ns": cns, "client_ip": cli_ip, "server_ip": srv_ip,
+                      "client_ips": [f"10.240.{i}.{k}" for k in range(2, 2 + CLIENTS_PER_GROUP)],
                       "prefix": analysis.prefix24(cli_ip), "workers": g.workers,
                       "url": f"https://{srv_ip}:{PORT}/obj.bin",
                       "max_time_s": max(20.0, 40 * c.rtt_ms / 1000 + OBJECT_BYTES * 8 / (c.down_mbps * 1e6) * 8)})
     _wait_devices(srv, len(groups), world)
+    for i, link in enumerate(links, start=1):  # CLIENTS_PER_GROUP client addresses in each group's /24
+        ip("-n", srv, "route", "replace", link["prefix"], "dev", f"tds{i}")
+        for extra in link["client_ips"][1:]:
+            ip("-n", link["ns"], "addr", "add", f"{extra}/32", "dev", f"tdc{i}")
 
     # manager
     from tailor.manager.testing import free_port
@@ -158,6 +164,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     # agent + edge (the edge starts inside the agent's cgroup, then enters the server namespace)
     agent = world.spawn("agent", [bins["tailor-agent"], "run", "--table", murl + "/v1/table",
                           "--telemetry-url", murl + "/v1/telemetry", "--poll", "1s", "--source", "demo-agent",
+                          "--full-address",
                           "--table-pubkey", str(out / "manager" / "signing.pub"),
                           "--", "ip", "netns", "exec", srv, bins["tailor-edge"], "--listen", f"0.0.0.0:{PORT}",
                           "--root", str(www), "--self-signed", "--apply-socket=false"], {**env, "TAILOR_TOKEN": edge_token})
@@ -176,7 +183,8 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     t0 = time.time()
     deadline = t0 + duration
     for link in links:
-        wl.start(link["name"], link["ns"], link["url"], link["workers"], link["max_time_s"], OBJECT_BYTES, deadline)
+        wl.start(link["name"], link["ns"], link["url"], link["workers"], link["max_time_s"], OBJECT_BYTES, deadline,
+                 tuple(link["client_ips"]))
     rounds = []
     client = httpx.Client(timeout=120, headers=auth)
     try:
@@ -203,6 +211,12 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     world.stop(next(p for p in world.procs if p.name == "manager"), 30)
 
     records = _records(out / "manager" / "tailor.duckdb")
+    decisions = _decision_audit(out / "manager" / "tailor.duckdb")
+    _log(f"decision audit: {decisions['records']} records of {decisions['clients']} clients in {decisions['versions']} "
+         f"table versions; {decisions['decision_mismatches']} decisions and {decisions['probability_mismatches']} "
+         f"probabilities differ from spec/decision.md; held back {decisions['held_back_clients']}/{decisions['clients']} "
+         f"clients (95% interval {decisions['held_back_interval95'][0]:.3f}-{decisions['held_back_interval95'][1]:.3f}, "
+         f"table {decisions['table_holdback']}); {decisions['clients_switching_cohort']} clients changed cohort")
     fetches = [dict(f.to_dict(), prefix=next(x["prefix"] for x in links if x["name"] == f.group))
                for f in wl.snapshot()]
     one_way = {x["name"]: x["condition"]["rtt_ms"] / 2000.0 for x in links}
@@ -231,6 +245,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
         "final_table_version": table["version"], "rounds": rounds + [final],
         "metrics": {k: v for k, v in _prom(metrics).items() if k.startswith("tailor_")},
         "screenshot": str(shot) if shot else None,
+        "decision_audit": decisions,
         "groups": [],
     }
     for x in links:
@@ -344,6 +359,39 @@ def _screenshot(murl: str, token: str, out: Path, work: Path) -> Path | None:
         return None
     shutil.rmtree(work / "chromium-profile", ignore_errors=True)
     return shot if shot.exists() and shot.stat().st_size > 0 else None
+
+
+def _decision_audit(db: Path) -> dict:
+    """spec/decision.md checked on what the agent logged: per table version, every record against
+    ``tailor.table.decide``; over the run, the held-back share of clients and cohort stickiness."""
+    import duckdb
+
+    from tailor.table.audit import audit_decisions, binomial_interval
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        docs = {v: json.loads(d) for v, d in con.execute("SELECT version, doc FROM tables").fetchall()}
+        rows = con.execute("""SELECT table_version, client_addr, "group", config_id, probability, coalesce(holdback, false)
+                              FROM telemetry WHERE kind = 'connection' AND client_addr IS NOT NULL""").fetchall()
+    finally:
+        con.close()
+    keys = ("table_version", "client_addr", "group", "config_id", "probability", "holdback")
+    records = [dict(zip(keys, r)) for r in rows]
+    per_version = [audit_decisions(docs[v], records) for v in sorted({r["table_version"] for r in records}) if v in docs]
+    cohort: dict[str, set] = {}
+    for r in records:
+        cohort.setdefault(r["client_addr"], set()).add(bool(r["holdback"]))
+    held = sum(True in v for v in cohort.values())
+    lo, hi = binomial_interval(held, len(cohort))
+    holdback = sorted({float(d.get("holdback", 0.0)) for d in docs.values()})
+    return {"records": len(records), "versions": len(per_version), "clients": len(cohort),
+            "decision_mismatches": sum(a["decision_mismatches"] for a in per_version),
+            "probability_mismatches": sum(a["probability_mismatches"] for a in per_version),
+            "clients_switching_cohort": sum(len(v) > 1 for v in cohort.values()),
+            "clients_switching_config_within_a_version": sum(a["clients_switching_config"] for a in per_version),
+            "table_holdback": holdback, "held_back_clients": held, "held_back_interval95": [lo, hi],
+            "holdback_in_interval": len(holdback) == 1 and lo <= holdback[0] <= hi,
+            "examples": [e for a in per_version for e in a["examples"]][:5], "per_version": per_version}
 
 
 def _records(db: Path) -> list[dict]:

@@ -35,14 +35,16 @@ class Fetch:
     total_s: float
     local_port: int
     curl_exit: int
+    source: str = ""  # the client address the fetch used (--interface), "" for the namespace's first
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def fetch_once(ns: str, url: str, max_time_s: float, expect_size: int, group: str = "", worker: int = 0) -> Fetch:
+def fetch_once(ns: str, url: str, max_time_s: float, expect_size: int, group: str = "", worker: int = 0,
+               source: str = "") -> Fetch:
     cmd = ["ip", "netns", "exec", ns, "curl", "-sk", "--http1.1", "-o", "/dev/null", "--max-time",
-           f"{max_time_s:g}", "-w", CURL_FORMAT, url]
+           f"{max_time_s:g}", "-w", CURL_FORMAT, *(["--interface", source] if source else []), url]
     t0 = time.time()
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=max_time_s + 15)
@@ -57,7 +59,8 @@ def fetch_once(ns: str, url: str, max_time_s: float, expect_size: int, group: st
     except (IndexError, ValueError):
         code, size, conn, app, ttfb, total, port = 0, 0, 0.0, 0.0, 0.0, t1 - t0, 0
     ok = rc == 0 and code == 200 and size == expect_size
-    return Fetch(group, ns, worker, url, max(t0, t1 - total), t1, t0, ok, code, size, conn, app, ttfb, total, port, rc)
+    return Fetch(group, ns, worker, url, max(t0, t1 - total), t1, t0, ok, code, size, conn, app, ttfb, total, port, rc,
+                 source)
 
 
 class Workload:
@@ -71,16 +74,19 @@ class Workload:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def start(self, group: str, ns: str, url: str, workers: int, max_time_s: float, size: int, deadline: float) -> None:
+    def start(self, group: str, ns: str, url: str, workers: int, max_time_s: float, size: int, deadline: float,
+              sources: tuple[str, ...] = ("",)) -> None:
+        """``sources``: the group's client addresses; each fetch comes from one drawn at random (clients of a
+        group, so that the sticky per-client holdback of spec/decision.md splits every group)."""
         for w in range(workers):
             delay = self.rng.uniform(0, 1.0)  # stagger the workers of a group
             t = threading.Thread(target=self._loop, args=(group, ns, url, w, max_time_s, size, deadline, delay,
-                                                          self.rng.randrange(1 << 30)), daemon=True,
+                                                          self.rng.randrange(1 << 30), tuple(sources)), daemon=True,
                                  name=f"wl-{group}-{w}")
             self._threads.append(t)
             t.start()
 
-    def _loop(self, group, ns, url, worker, max_time_s, size, deadline, delay, seed) -> None:
+    def _loop(self, group, ns, url, worker, max_time_s, size, deadline, delay, seed, sources) -> None:
         rng = random.Random(seed)
         if self._stop.wait(delay):
             return
@@ -88,7 +94,7 @@ class Workload:
             with self._lock:
                 if len(self.fetches) >= self.max_fetches:
                     return
-            f = fetch_once(ns, url, max_time_s, size, group, worker)  # not cut at the deadline: stop() waits
+            f = fetch_once(ns, url, max_time_s, size, group, worker, rng.choice(sources))  # not cut at the deadline
             with self._lock:
                 self.fetches.append(f)
             self._stop.wait(self.think_s * rng.uniform(0.5, 1.5))

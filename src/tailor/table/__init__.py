@@ -230,13 +230,28 @@ def compile_table(policy, now: float, version: int = 1, archive=None) -> dict:
         "schema": SCHEMA_ID, "version": version, "generated_at": float(now), "policy": policy.name,
         "holdback": policy.holdback, "default": space.configs[space.default_index].id, "configs": configs,
         "groups": [{"id": gid, "choices": _normalized(space, probs)} for gid, probs in groups.items()],
-        "rules": [r for r in rules if r["group"] in groups],
+        "rules": _known_only([r for r in rules if r["group"] in groups]),
     }
     if policy.cohort_salt:  # None only in policies pickled before cohorts existed: per-connection draws
         doc["salt"] = policy.cohort_salt
     if archive is not None:
         add_edge_rules(doc, policy, archive, now)
     return validate_table(doc, schema=False)
+
+
+def _known_only(rules: list[dict]) -> list[dict]:
+    """Rules with an empty ``sni`` or ``device`` (a policy's key for "not known", e.g. telemetry without SNI)
+    written without that key, which is how a table says "any" (the schema refuses empty strings: Go read
+    them as "unknown", Python as a name no connection has); the first rule wins where that makes two equal."""
+    out, seen = [], set()
+    for r in rules:
+        if r.get("sni") == "" or r.get("device") == "":
+            r = {k: v for k, v in r.items() if v != "" or k not in ("sni", "device")}
+        key = (r["prefix"], r.get("sni"), r.get("device"))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
 
 
 def add_edge_rules(table: dict, policy, archive, now: float) -> int:

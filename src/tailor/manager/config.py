@@ -20,6 +20,7 @@ class ManagerConfig:
     holdback: float = 0.2
     retention_days: float = 7.0
     seed: int = 0
+    cohort_salt: str | None = None  # 32 hex digits keying client cohorts (spec/decision.md); None: random at first start
     token: str | None = None  # operator bearer token (every endpoint); None only with insecure_dev
     edge_tokens: tuple[str, ...] = ()  # edge bearer tokens: telemetry POST and table GET only (several: rotation)
     open_reads: bool = False  # table, audit and dashboard readable without a credential

@@ -114,7 +114,7 @@ class Manager:
         if state is None:
             self.archive = PrefixArchive(ARCHIVE_ALPHA)
             env = PolicyEnv(archive=self.archive, update_period_s=self.cfg.update_freq_s or 300.0,
-                            cohort_salt=secrets.token_hex(16))  # kept in the policy's state across restarts
+                            cohort_salt=self.cfg.cohort_salt or secrets.token_hex(16))  # kept in the policy's state across restarts
             params = dict(self.cfg.policy_params)
             self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None

@@ -444,3 +444,20 @@ def test_policy_param_option_parsed_validated_and_part_of_state(tmp_path, capsys
         pass
     with pytest.raises(ParameterError, match="params"):  # learned with other parameters: refused
         create_app(cfg(tmp_path / "b"))
+
+
+def test_cohort_salt_is_kept_across_restarts_and_rotated_on_request(tmp_path):
+    first = "ab" * 16
+    with TestClient(create_app(cfg(tmp_path, cohort_salt=None)), headers=AUTH) as c:
+        drawn = c.get("/v1/table").json()["salt"]
+        assert len(drawn) == 32 and drawn != first
+    with TestClient(create_app(cfg(tmp_path, cohort_salt=None)), headers=AUTH) as c:
+        edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0, seed=4)
+        closed_loop(c, edge, 1, 500, T0)
+        assert c.app.state.manager.policy.cohort_salt == drawn  # kept in the saved state
+    with TestClient(create_app(cfg(tmp_path, cohort_salt=first)), headers=AUTH) as c:
+        assert c.app.state.manager.policy.cohort_salt == first
+        closed_loop(c, edge, 1, 500, T0 + 1000)
+        assert c.get("/v1/table").json()["salt"] == first
+    with pytest.raises(ParameterError, match="cohort_salt"):
+        cfg(tmp_path, cohort_salt="AB" * 16)

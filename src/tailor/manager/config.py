@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,5 +55,7 @@ class ManagerConfig:
         check(self.max_wait_s >= 0, own, "max_wait_s", ">= 0", self.max_wait_s)
         check(self.site_min_records >= 1, own, "site_min_records", ">= 1", self.site_min_records)
         check(self.max_sites >= 0, own, "max_sites", ">= 0", self.max_sites)
+        check(self.cohort_salt is None or re.fullmatch(r"[0-9a-f]{32}", self.cohort_salt) is not None, own,
+              "cohort_salt", "32 lower-case hex digits", self.cohort_salt)
         check(1 <= self.max_rules <= 1_000_000, own, "max_rules", "in [1, 1000000]", self.max_rules)
         check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)

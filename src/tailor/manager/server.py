@@ -22,6 +22,9 @@ def add_arguments(p) -> None:
     p.add_argument("--retention-days", type=float, default=7.0, help="telemetry retention in days (default 7)")
     p.add_argument("--explore-budget", type=float, default=0.1, help="max non-greedy mass per group (0.1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the policy (default 0)")
+    p.add_argument("--cohort-salt", default=None, metavar="HEX",
+                   help="32 hex digits keying client cohorts (holdback membership, arms; spec/decision.md); "
+                        "default: random at the first start, kept in --data")
     p.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a parameter of the policy, e.g. epsilon=0.3 for mab-nc (repeatable)")
     p.add_argument("--insecure-dev", action="store_true",
@@ -65,7 +68,7 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          insecure_dev=args.insecure_dev, open_reads=args.open_reads,
                          allowed_origins=tuple(args.allowed_origin), signing_key=args.signing_key,
                          sites=tuple(args.site), site_min_records=args.site_min_records, max_sites=args.max_sites,
-                         max_rules=args.max_rules,
+                         max_rules=args.max_rules, cohort_salt=args.cohort_salt,
                          policy_params=parse_policy_params(getattr(args, "policy_param", []) or [], "tailor manager"))
 
 

@@ -125,6 +125,9 @@ class Manager:
                                      f"{state.get('signature')}; start with those options or a fresh --data. "
                                      f"Got {self._signature()}.")
             self._adopt(state)
+            if self.cfg.cohort_salt and self.cfg.cohort_salt != self.policy.cohort_salt:
+                self.policy.cohort_salt = self.cfg.cohort_salt  # rotation: every client's cohort is drawn afresh
+                log("cohort.rotated", logging.WARNING)
         self.written_seq = max(self.store.max_seq(), self.fed_seq)
         log("manager.state", restored=state is not None, fed_seq=self.fed_seq, policy=self.cfg.policy)
 

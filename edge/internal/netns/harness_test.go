@@ -121,10 +121,15 @@ func TestDelayAndRateOverRealTraffic(t *testing.T) {
 
 func checkRTT(t *testing.T, s probe.Summary) {
 	t.Logf("UDP RTT over 50 ms one-way: %+v", s)
-	// The median is robust to the probe processes being descheduled
-	// (other test packages run in parallel on 2 cores).
-	if s.N < 20 || math.Abs(s.P50-100) > 2 || s.Min < 100 {
-		t.Errorf("RTT median %.2f ms (min %.2f, n %d), want 100 ± 2", s.P50, s.Min, s.N)
+	// The median is robust to the probe processes being descheduled. The
+	// emulated delay is never shortened (min >= 100); on top of it the path
+	// costs about 0.5-2 ms (two TUN traversals each way, the emulator's
+	// wake-up lateness, the probes' own scheduling). Medians 100.5-100.6 ms
+	// when tailor-link was measured; 101.0-102.1 ms in four runs on an idle
+	// machine of the same kind on 2026-11-23 (one failed the former +2 ms
+	// bound by 0.01 ms), with the emulator's lateness p99 at 5-8 ms.
+	if s.N < 20 || s.P50 > 103 || s.Min < 100 {
+		t.Errorf("RTT median %.2f ms (min %.2f, n %d), want 100 to 103", s.P50, s.Min, s.N)
 	}
 }
 

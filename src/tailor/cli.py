@@ -28,6 +28,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--update-latency", type=float, default=0.0, help="UpdateLatency in seconds (default 0)")
     ev.add_argument("--mode", choices=("online", "table"), default="online",
                     help="online: the policy picks per connection; table: edges apply compiled decision tables")
+    ev.add_argument("--guardrails", default="off", metavar="on|off",
+                    help="on: every table goes through the manager's guardrails (AllowedConfig, rollback, stickiness, "
+                         "exploration budget 0.1, holdback 0.2: a default `tailor manager`), as a deployment would "
+                         "publish it; implies --mode table (switched and logged, recorded in metadata.json) (default off)")
     ev.add_argument("--perf-memory", type=int, default=None, help="PerfMemory: samples kept per configuration (0 = all)")
     ev.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                     help="a parameter for every listed policy that has it, e.g. dt_leaf_mode=max (repeatable)")

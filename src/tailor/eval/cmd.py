@@ -55,11 +55,16 @@ def run_evaluate(args, argv) -> int:
 
 def _evaluate_seed(args, seed, oracle, policies, progress, err):
     config = SimConfig(space=args.space, allowed=args.allowed, update_freq_s=args.update_freq,
-                       update_latency_s=args.update_latency, mode=args.mode, seed=seed)
+                       update_latency_s=args.update_latency, mode=args.mode, seed=seed,
+                       guardrails=getattr(args, "guardrails", "off"))
     scenario = load_scenario(args.scenario, n_sessions=args.sessions, seed=seed, websites=sorted(oracle.websites))
     overrides = policy_overrides(args, policies)
+    guard = ""
+    if config.guardrails == "on":
+        guard = (f"; guardrails on (holdback {config.guard_holdback:g}, explore budget {config.guard_explore_budget:g})"
+                 + (f": mode table, not {args.mode}" if args.mode != config.mode else ""))
     err.print(f"seed {seed}: scenario {scenario.name}: {len(scenario.sessions)} sessions, {scenario.n_loads} page loads; "
-              f"oracle {oracle.name}; space {config.space} ({args.allowed or 'all allowed'})")
+              f"oracle {oracle.name}; space {config.space} ({args.allowed or 'all allowed'}){guard}")
     return evaluate(scenario, oracle, policies, config, overrides, progress)
 
 

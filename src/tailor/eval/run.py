@@ -22,9 +22,10 @@ from tailor.policies import POLICIES, make_policy
 from tailor.scenario import Scenario
 from tailor.sim import RunResult, SimConfig, Simulator
 
-BASELINES = ("default", "random", "optimal", "optimal-stale", "brute", "brute-nc", "bo", "bo-nc", "cherrypick-nc", "mab-nc")
+BASELINES = ("default", "random", "optimal", "optimal-stale", "brute", "brute-nc", "bo", "bo-nc", "cherrypick-nc", "mab-nc",
+             "cdn-static", "best-static")
 SEED_SYSTEMS = ("configanator", "config-snob", "smartiw")
-DEFAULT_POLICIES = BASELINES + SEED_SYSTEMS  # what `tailor evaluate` runs without --policies
+DEFAULT_POLICIES = ("tailor",) + BASELINES + SEED_SYSTEMS  # what `tailor evaluate` runs without --policies
 
 
 @dataclass

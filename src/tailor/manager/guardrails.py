@@ -107,9 +107,15 @@ def check_allowed(table: dict, allowed: AllowedConfig) -> None:
         raise TableError(f"decision table field default: {table['default']} is not permitted by AllowedConfig {allowed}")
 
 
-def cap_exploration(choices: list[dict], budget: float) -> list[dict]:
-    """Scale the non-greedy choices so that their total mass is at most ``budget``."""
-    g = greedy(choices)
+def cap_exploration(choices: list[dict], budget: float, keep: str | None = None) -> list[dict]:
+    """Scale the non-greedy choices so that their total mass is at most ``budget``.
+
+    ``keep``: the configuration that holds the greedy mass (the group's incumbent, which stickiness keeps);
+    by default the choice with the largest mass. Without it, a policy spreading its mass thinly (e.g.
+    uniformly over 60 configurations) would see stickiness's probing share become the largest choice and
+    receive ``1 - budget`` of the traffic with no evidence at all.
+    """
+    g = keep if keep is not None and any(c["config"] == keep for c in choices) else greedy(choices)
     rest = sum(c["p"] for c in choices if c["config"] != g)
     if rest <= budget + 1e-12:
         return choices
@@ -173,7 +179,8 @@ def apply_guardrails(table: dict, state: GuardState, cfg: GuardConfig,
         choices = move_to_default(g["choices"], drop, default_id)
         choices, note = sticky(choices, g["id"], state, cfg, default_id)
         notes += [note] if note else []
-        groups.append({"id": g["id"], "choices": cap_exploration(choices, cfg.explore_budget)})
+        keep = state.incumbent.get(g["id"], default_id)
+        groups.append({"id": g["id"], "choices": cap_exploration(choices, cfg.explore_budget, keep)})
     configs = dict(table["configs"])
     for cid in {c["config"] for g in groups for c in g["choices"]} - set(configs):
         configs[cid] = dict((knobs or {})[cid])

@@ -34,7 +34,8 @@ class PolicyEnv:
     """What the evaluation harness gives a policy at reset. ``oracle`` is only set for oracle policies."""
 
     websites: tuple[str, ...] = ()
-    oracle: Any = None  # a PLTTensor, for 'optimal' only
+    oracle: Any = None  # a PLTTensor, for oracle baselines only
+    hindsight: Any = None  # (cell, site) arrays of every page load of the run, for oracle baselines only
     archive: Any = None  # the PrefixArchive (telemetry history per prefix), for compiling tables
     update_period_s: float = 300.0
     cohort_salt: str | None = None  # 32 hex digits; None: derived from the policy's name and seed (reproducible)

@@ -1,6 +1,9 @@
-"""Baselines of Configanator §6.1: Default, Random, Optimal (fresh / stale view), Brute, Brute+NC, MAB+NC."""
+"""Baselines of Configanator §6.1: Default, Random, Optimal (fresh / stale view), Brute, Brute+NC, MAB+NC;
+and two one-size-fits-all servers: a modern CDN's static configuration and the best static one in hindsight."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
@@ -17,6 +20,62 @@ class DefaultPolicy(Policy):
 
     def _select(self, ctx: Context) -> Decision:
         return Decision(self.space.default_index, 1.0, "default", "default")
+
+
+CDN_STATIC = {"tcp.congestion_control": "bbr", "tcp.initial_cwnd": 32, "http.version": "2"}
+
+
+@register("cdn-static")
+class CDNStaticPolicy(Policy):
+    """What large CDNs run for everyone today: BBR, IW 32, HTTP/2, every other knob at its default.
+
+    In a space that lacks one of these values (e.g. ``--allowed NoBBR``, or a space without the HTTP
+    version), the nearest configuration of the space, with a warning naming each missing knob value.
+    """
+
+    def _init_state(self) -> None:
+        from tailor.space import Configuration
+
+        space = self.space
+        want = {k: v for k, v in CDN_STATIC.items() if k in space.registry}
+        target = Configuration(want, space.registry)
+        try:
+            self._index = space.index_of(target)
+        except Exception:  # noqa: BLE001 - ParameterError: not in the space; take the nearest point
+            self._index = space._nearest(target, exclude=[])
+        chosen = space.configs[self._index]
+        for knob, value in want.items():
+            if chosen[knob] != value:
+                warnings.warn(f"cdn-static: {knob}={value} is not in the evaluated space ({space.name}, "
+                              f"{space.allowed or 'all allowed'}); using {knob}={chosen[knob]}", stacklevel=2)
+
+    def _select(self, ctx: Context) -> Decision:
+        return Decision(self._index, 1.0, "all", "static")
+
+    def group_of(self, ctx: Context) -> str:
+        return "all"
+
+    def table_groups(self):
+        return {"all": {self._index: 1.0}}
+
+    def table_rules(self):
+        return [{"prefix": "0.0.0.0/0", "group": "all"}, {"prefix": "::/0", "group": "all"}]
+
+
+@register("best-static")
+class BestStaticPolicy(CDNStaticPolicy):
+    """The one configuration with the lowest total noise-free time over every page load of the run, chosen
+    in hindsight: the ceiling of any one-size-fits-all server. Sees the truth (an oracle baseline)."""
+
+    needs_oracle = True
+
+    def _init_state(self) -> None:
+        tensor = self.env.oracle
+        cells, sites = self.env.hindsight if self.env.hindsight is not None else ((), ())
+        total = np.zeros(len(self.space))
+        for c, s in zip(cells, sites):
+            total += tensor.mode(int(c), int(s))
+        self._index = int(np.argmin(total)) if len(cells) else self.space.default_index
 
 
 @register("random")

@@ -19,6 +19,7 @@ from tailor.grouping import PrefixArchive
 from tailor.oracle import NOISE_SHAPE, Oracle, PLTTensor
 from tailor.policies.base import Context, Decision, Outcome, Policy, PolicyEnv, PrefixHistory
 from tailor.scenario import Scenario
+from tailor.sim.guarded import MANAGER_DEFAULTS, GuardedTables, manager_guard_config
 from tailor.space import AllowedConfig, ConfigSpace
 from tailor.table import DecisionTable, decide
 
@@ -35,11 +36,26 @@ class SimConfig:
     update_latency_s: float = 0.0  # UpdateLatency: telemetry and tables reach the other side this late
     mode: str = "online"  # online: select() per connection; table: edges apply compiled decision tables
     seed: int = 0  # seed of the world's draws (noise, measurement error)
+    # on: every table goes through the manager's guardrails (tailor.sim.guarded); implies mode "table"
+    guardrails: str = "off"
+    guard_holdback: float = MANAGER_DEFAULTS["holdback"]  # the guardrails' settings: a default manager's
+    guard_explore_budget: float = MANAGER_DEFAULTS["explore_budget"]
+    guard_min_improvement: float = MANAGER_DEFAULTS["min_improvement"]
+    guard_rollback_alpha: float = MANAGER_DEFAULTS["rollback_alpha"]
 
     def __post_init__(self):
         check(self.update_freq_s > 0, "SimConfig", "update_freq_s", "> 0", self.update_freq_s)
         check(self.update_latency_s >= 0, "SimConfig", "update_latency_s", ">= 0", self.update_latency_s)
         check(self.mode in ("online", "table"), "SimConfig", "mode", "'online' or 'table'", self.mode)
+        check(self.guardrails in ("on", "off"), "SimConfig", "guardrails", "'on' or 'off'", self.guardrails)
+        if self.guardrails == "on":
+            self.guard_config()  # GuardConfig checks the settings
+            object.__setattr__(self, "mode", "table")  # guardrails act on the tables edges apply
+
+    def guard_config(self):
+        """The manager's GuardConfig for these settings (``tailor.manager.guardrails``)."""
+        return manager_guard_config(self.allowed, self.guard_holdback, self.guard_explore_budget,
+                                    self.guard_rollback_alpha, self.guard_min_improvement)
 
     def config_space(self) -> ConfigSpace:
         return ConfigSpace.named(self.space, AllowedConfig.parse(self.allowed))
@@ -139,13 +155,15 @@ class Simulator:
         world.theta = np.array([world.tensor.theta(int(c), int(s)) for c, s in zip(world.cell, world.site)])
 
     # -- running one policy
-    def run(self, policy: Policy, progress=None) -> "RunResult":
+    def run(self, policy: Policy, progress=None, on_table=None) -> "RunResult":
+        """One policy through the world; ``on_table(time_s, table)`` sees each table queued for the edges."""
         world, cfg = self.world, self.config
         archive = PrefixArchive(ARCHIVE_ALPHA)
         env = PolicyEnv(websites=tuple(world.tensor.site_names), archive=archive, update_period_s=cfg.update_freq_s,
-                        oracle=world.tensor if policy.needs_oracle else None)
+                        oracle=world.tensor if policy.needs_oracle else None,
+                        hindsight=(world.cell, world.site) if policy.needs_oracle else None)
         policy.reset(self.space, env)
-        loop = _Loop(self, policy, archive)
+        loop = _Loop(self, policy, archive, on_table)
         started = time.perf_counter()
         for i in range(len(world)):
             loop.step(i)
@@ -153,8 +171,13 @@ class Simulator:
                 progress(i)
         loop.flush()
         wall = time.perf_counter() - started
-        final_table = policy.plan(float(world.time_s[-1]) if len(world) else 0.0)
-        return RunResult(policy.name, policy.hyper_parameters(), loop.records(), wall, final_table, policy.violations)
+        end = float(world.time_s[-1]) if len(world) else 0.0
+        final_table = policy.plan(end)
+        guard = loop.guard
+        if guard is not None:
+            final_table, _ = guard.plan(final_table, end)
+        return RunResult(policy.name, policy.hyper_parameters(), loop.records(), wall, final_table, policy.violations,
+                         guard.notes if guard else [], len(guard.rollbacks) if guard else 0)
 
 
 @dataclass
@@ -165,13 +188,15 @@ class RunResult:
     wall_s: float
     final_table: dict
     violations: int
+    guard_notes: list[str] = field(default_factory=list)  # --guardrails on: the guardrails' notes, "t=<s>s <note>"
+    guard_rollbacks: int = 0  # --guardrails on: rollback events (check_rollbacks)
 
 
 class _Loop:
     """The per-connection loop of one run, kept small and allocation-light for speed."""
 
-    def __init__(self, sim: Simulator, policy: Policy, archive: PrefixArchive):
-        self.sim, self.policy, self.archive = sim, policy, archive
+    def __init__(self, sim: Simulator, policy: Policy, archive: PrefixArchive, on_table=None):
+        self.sim, self.policy, self.archive, self.on_table = sim, policy, archive, on_table
         w = sim.world
         n = len(w)
         self.config = np.zeros(n, dtype=int)
@@ -186,6 +211,8 @@ class _Loop:
         # table mode: per-connection 64-bit draws, used by tables without a cohort salt (spec/decision.md)
         self.draws = np.random.default_rng(sim.config.seed + 7919).integers(0, 2**64, n, dtype=np.uint64)
         self.table_mode = sim.config.mode == "table"
+        self.guard = GuardedTables.of(sim.config, sim.space) if sim.config.guardrails == "on" else None
+        self.table_group = None  # group of the table for the last decision (held back: the one it would give)
 
     def step(self, i: int) -> None:
         w, sim = self.sim.world, self.sim
@@ -205,7 +232,7 @@ class _Loop:
         out = Outcome(observed, float(w.goodput_est[i]), float(w.handshake_rtt_ms[i]), float(w.loss_est[i]),
                       int(w.bytes[w.site[i]]))
         self.config[i], self.prob[i], self.group[i], self.arm[i], self.mode[i] = d.config, d.probability, d.group, d.arm, mode
-        self.pending.append((t + sim.config.update_latency_s, ctx, d, out))
+        self.pending.append((t + sim.config.update_latency_s, ctx, d, out, self.table_group))
 
     def _decide(self, ctx: Context, i: int) -> Decision:
         if not self.table_mode:
@@ -214,21 +241,30 @@ class _Loop:
             self.resolver = DecisionTable(self.table_queue.popleft()[1], validated=True)  # compile_table validated it
         group = self.policy.group_of(ctx)  # outcomes feed the learner state of the context's own group
         if self.resolver is None:
+            self.table_group = None
             return Decision(self.policy.space.default_index, 1.0, group, "default")
         a = decide(self.resolver, ctx.client.client_id, ctx.website, ctx.client.device, int(self.draws[i]))
+        self.table_group = a.group
         return Decision(self.policy.space.index_of(a.config), a.p, group, "holdback" if a.holdback else "table")
 
     def _deliver(self, t: float) -> None:
         pol, arch = self.policy, self.archive
         while self.pending and self.pending[0][0] <= t:
-            _, ctx, d, out = self.pending.popleft()
+            _, ctx, d, out, table_group = self.pending.popleft()
             arch.update(ctx.client.prefix, ctx.time_s, out.goodput_mbps, out.loss, out.rtt_ms)
+            if self.guard is not None:  # the manager's feeder: guardrail statistics, then the policy
+                self.guard.observe(table_group, d.config, out.completion_ms, d.arm == "holdback")
             pol.observe(ctx, d, out)
 
     def _plan(self, now: float) -> None:
         table = self.policy.plan(now, compile=self.table_mode)
-        if table is not None:
-            self.table_queue.append((now + self.sim.config.update_latency_s, table))
+        if table is None:
+            return
+        if self.guard is not None:
+            table, _ = self.guard.plan(table, now)
+        if self.on_table is not None:
+            self.on_table(now, table)
+        self.table_queue.append((now + self.sim.config.update_latency_s, table))
 
     def flush(self) -> None:
         self._deliver(float("inf"))

@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
+from threadpoolctl import threadpool_limits
 
 from tailor.grouping.classes import DEVICES
 from tailor.policies.base import Context, Decision, Outcome, Policy, register
@@ -145,7 +146,9 @@ class TailorPolicy(Policy):
         self._h = np.zeros(dim)
         self._yy = 0.0
         self._n = 0
-        self._rows: list[tuple[np.ndarray, int, float]] = []  # (psi, config, log y) since the last plan
+        # page loads since the last plan, aggregated: (cell, config) -> [count, sum log y]; a row of the design
+        # depends only on its cell and configuration, so the refit costs per distinct pair, not per page load
+        self._rows: dict[tuple, list[float]] = {}
         self._mu = np.zeros(dim)
         self._set_cov(np.diag(1.0 / prior))
         self._sigma2 = 0.1
@@ -284,6 +287,7 @@ class TailorPolicy(Policy):
         plausible[safe] = False
         if plausible.any() and seen[1] < self.explore_share * seen[0]:
             rank = lcb if self.probe == "optimistic" else ucb  # "cheap": the least pessimistic cost first
+            rank = rank + 1e-6 * self._rng.random(len(rank))  # ties (e.g. every one-knob change under the prior) at random
             opt = int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, mean[opt] + self.budget_z * sd[opt]):
@@ -322,7 +326,10 @@ class TailorPolicy(Policy):
         n_g, sum_g = self._times.get(group, (0, 0.0))
         self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         logy = math.log(y)
-        self._rows.append((self._predict(cell)[0], c, logy))
+        agg = self._rows.setdefault((cell, c), [0, 0.0])
+        agg[0] += 1
+        agg[1] += logy
+        self._yy += logy * logy
         # the change test: standardised error of the prediction made before this page load was known
         n_cell = self._stats.get(cell[:5], (np.zeros(1), None))[0].sum()
         # the change test starts once the model is fitted and the cell's level is its own data's
@@ -350,25 +357,20 @@ class TailorPolicy(Policy):
     def _plan(self, now: float) -> None:
         self._now = now
         if self._rows:
-            psi = np.array([r[0] for r in self._rows])
-            e = self._e[[r[1] for r in self._rows]]
+            keys = list(self._rows)
+            psi = np.array([self._psi(cell) for cell, _ in keys])
+            e = self._e[[c for _, c in keys]]
+            count = np.array([self._rows[k][0] for k in keys], dtype=float)
+            total = np.array([self._rows[k][1] for k in keys])
             pint = psi[:, self._int]
             phi = np.concatenate([psi, (pint[:, :, None] * e[:, None, :]).reshape(len(psi), -1)], axis=1)
-            y = np.array([r[2] for r in self._rows])
-            self._G += phi.T @ phi
-            self._h += phi.T @ y
-            self._yy += float(y @ y)
-            self._n += len(y)
+            self._G += phi.T @ (phi * count[:, None])
+            self._h += phi.T @ total
+            self._n += int(count.sum())
             self._rows.clear()
         if self._n:
-            for _ in range(2):
-                prec = self._G / self._sigma2 + np.diag(self._prior_prec)
-                factor = cho_factor(prec, lower=True, check_finite=False)
-                self._mu = cho_solve(factor, self._h / self._sigma2, check_finite=False)
-                rss = self._yy - 2.0 * self._mu @ self._h + self._mu @ self._G @ self._mu
-                self._sigma2 = float(np.clip(rss / max(self._n, 1), 1e-4, 4.0))
-            self._set_cov(cho_solve(factor, np.eye(len(prec)), check_finite=False))
-            self._q = math.exp(2.33 * math.sqrt(self._sigma2))
+            with threadpool_limits(1):  # small dense algebra: threads cost more than they bring on a busy machine
+                self._refit()
         self._cells.clear()
         self._probes.clear()
         self._tau2 = self._misfit()
@@ -376,6 +378,17 @@ class TailorPolicy(Policy):
             ratio = max(self._z2[0], 0.0) / self._z2[1]
             self._kappa = float(np.clip(0.7 * self._kappa + 0.3 * math.sqrt(ratio), 1.0, 5.0))
             self._z2 = [0.0, 0.0]
+
+    def _refit(self) -> None:
+        """Posterior of the shared model from its sufficient statistics; the noise variance by empirical Bayes."""
+        for _ in range(2):
+            prec = self._G / self._sigma2 + np.diag(self._prior_prec)
+            factor = cho_factor(prec, lower=True, check_finite=False)
+            self._mu = cho_solve(factor, self._h / self._sigma2, check_finite=False)
+            rss = self._yy - 2.0 * self._mu @ self._h + self._mu @ self._G @ self._mu
+            self._sigma2 = float(np.clip(rss / max(self._n, 1), 1e-4, 4.0))
+        self._set_cov(cho_solve(factor, np.eye(len(prec)), check_finite=False))
+        self._q = math.exp(2.33 * math.sqrt(self._sigma2))
 
     def _misfit(self) -> float:
         """tau^2: how far cells' own configuration effects stray from the shared model's beyond noise and
@@ -432,7 +445,10 @@ class TailorPolicy(Policy):
         return groups, rules
 
     def table_groups(self):
-        return self._table()[0]
+        self._table_cache = self._table()  # compile_table asks for the groups, then the rules
+        return self._table_cache[0]
 
     def table_rules(self) -> list[dict]:
-        return self._table()[1]
+        cached = getattr(self, "_table_cache", None)
+        self._table_cache = None
+        return (cached or self._table())[1]

@@ -461,3 +461,36 @@ def test_cohort_salt_is_kept_across_restarts_and_rotated_on_request(tmp_path):
         assert c.get("/v1/table").json()["salt"] == first
     with pytest.raises(ParameterError, match="cohort_salt"):
         cfg(tmp_path, cohort_salt="AB" * 16)
+
+
+# -- off-policy publication gate (--ope-gate)
+def test_ope_gate_publishes_learned_tables_and_keeps_a_slower_one_out(tmp_path):
+    from tailor.cli import _build_parser
+    from tailor.manager.server import config_from_args
+
+    args = _build_parser().parse_args(["manager", "--data", str(tmp_path / "x"), "--ope-gate"])
+    assert config_from_args(args, environ={"TAILOR_TOKEN": TOKEN}).ope_gate
+    assert not ManagerConfig(data_dir="x", insecure_dev=True).ope_gate  # off by default
+    fast, slow = OTHER[0], OTHER[1]
+    factors = {c.id: 1.0 for c in SPACE.configs} | {fast: 0.6, slow: 3.0}
+    edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: factors[cid], seed=5)
+    with TestClient(create_app(cfg(tmp_path, ope_gate=True, policy="mab-nc", policy_params=(("epsilon", 0.3),))),
+                    headers=AUTH) as c:
+        summaries = closed_loop(c, edge, 4, 1500, T0)
+        mgr = c.app.state.manager
+        assert [s.version for s in summaries] == [2, 3, 4, 5]  # learned tables pass: the gate does not stall learning
+        last = mgr.store.query("SELECT reason FROM audit WHERE action = 'publish' ORDER BY version DESC LIMIT 1")
+        assert "ope-gate: candidate" in last[0][0]
+        version, now = mgr.current.version, T0 + 1000
+        bad = copy.deepcopy(mgr.current.doc)
+        bad["configs"][slow] = mgr.knobs[slow]
+        for g in bad["groups"]:
+            g["choices"] = [{"config": slow, "p": 1.0}]
+        assert not mgr._maybe_publish(bad, [], [], now)
+        assert mgr.current.version == version
+        kept = mgr.store.query("SELECT version, actor, reason FROM audit WHERE action = 'ope-gate'")
+        assert len(kept) == 1 and kept[0][:2] == (version, "manager")
+        assert kept[0][2].startswith(f"ope-gate: kept version {version}: candidate ") and "upper bound >" in kept[0][2]
+        # a rollback is never held back by the gate
+        assert mgr._maybe_publish(bad, [], [{"group": "g", "config": slow, "reason": "test"}], now)
+        assert mgr.current.version == version + 1

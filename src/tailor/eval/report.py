@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tailor.eval import metrics  # noqa: E402
+from tailor.eval.offpolicy import offpolicy_section  # noqa: E402
 from tailor.eval.sections import extra_sections  # noqa: E402
 
 COLUMNS = [("policy", "policy", "{}"), ("pageloads", "page loads", "{:,.0f}"), ("p5", "p5", "{:+.1%}"),
@@ -103,6 +104,7 @@ def render(ev, meta: dict, out: Path) -> Path:
              ("Degradation breakdown", plot_degradation(ev)), ("By access type", plot_access(ev))]
     figs = "".join(f"<h2>{t}</h2><img src='{src}' alt='{t}'>" for t, src in plots)
     figs += "".join(f"<h2>{html.escape(t)}</h2>{body}" for t, body in extra_sections(ev))
+    figs += offpolicy_section(ev)
     oracle = meta["oracle"]
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Tailor evaluation: {html.escape(meta['scenario']['name'])}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse;font-size:13px}}

@@ -63,6 +63,13 @@ def evaluate(scenario: Scenario, oracle: Oracle, policies: list[str], config: Si
         ev.results.append(result)
         ev.summaries.append({**metrics.summary(name, result.records), "wall_s": result.wall_s,
                              "conn_per_s": len(sim.world) / max(result.wall_s, 1e-9)})
+    # each final table valued from another policy's logs (offpolicy.json, report); a diagnostic: never fails the run
+    from tailor.eval.offpolicy import offpolicy_evaluation
+
+    try:
+        ev.offpolicy = offpolicy_evaluation(ev)
+    except Exception as err:  # noqa: BLE001
+        ev.offpolicy = {"logging_policy": None, "reason": f"failed: {type(err).__name__}: {err}", "rows": []}
     return ev
 
 
@@ -110,4 +117,6 @@ def write_results(ev: Evaluation, out: Path, argv: list[str] | None = None) -> d
     tdir.mkdir(exist_ok=True)
     for r in ev.results:
         (tdir / f"{r.policy}.json").write_text(json.dumps(r.final_table))
+    if getattr(ev, "offpolicy", None) is not None:
+        (out / "offpolicy.json").write_text(json.dumps(ev.offpolicy, indent=2))
     return meta

@@ -42,6 +42,11 @@ class ManagerConfig:
     ack_timeout_s: float = 10.0  # a telemetry reply waits this long for its batch to be durable, else 503
     valid_for_s: float = 3600.0
     policy_params: tuple[tuple[str, Any], ...] = ()  # extra policy parameters, e.g. (("epsilon", 0.3),)
+    # publish a learned table only when its off-policy estimate (SNIPS over the telemetry of the last ope_window_s
+    # seconds) passes tailor.ope.ope_gate against the current table's: candidate.high <= current.high * (1 + tol)
+    ope_gate: bool = False
+    ope_window_s: float = 3600.0
+    ope_tolerance: float = 0.01  # 0 stalls learning: a near-identical candidate has a slightly wider interval
 
     def __post_init__(self):
         own = "ManagerConfig"
@@ -59,3 +64,5 @@ class ManagerConfig:
               "cohort_salt", "32 lower-case hex digits", self.cohort_salt)
         check(1 <= self.max_rules <= 1_000_000, own, "max_rules", "in [1, 1000000]", self.max_rules)
         check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)
+        check(self.ope_window_s > 0, own, "ope_window_s", "> 0", self.ope_window_s)
+        check(self.ope_tolerance >= 0, own, "ope_tolerance", ">= 0", self.ope_tolerance)

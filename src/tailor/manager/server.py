@@ -43,6 +43,10 @@ def add_arguments(p) -> None:
                    help="records before an SNI not listed with --site becomes a site of its own (default 500)")
     p.add_argument("--max-sites", type=int, default=1000, help="cap on the SNIs ever keyed (default 1000)")
     p.add_argument("--max-rules", type=int, default=500_000, help="rule budget of a published table (default 500000)")
+    p.add_argument("--ope-gate", action="store_true",
+                   help="publish a learned table only when its off-policy estimate from the last hour's telemetry "
+                        "(SNIPS upper 95%% confidence bound of the mean completion time) is no worse than the current "
+                        "table's (1%% tolerance); otherwise keep the current table (audit entry 'ope-gate')")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -69,6 +73,7 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          allowed_origins=tuple(args.allowed_origin), signing_key=args.signing_key,
                          sites=tuple(args.site), site_min_records=args.site_min_records, max_sites=args.max_sites,
                          max_rules=args.max_rules, cohort_salt=args.cohort_salt,
+                         ope_gate=bool(getattr(args, "ope_gate", False)),
                          policy_params=parse_policy_params(getattr(args, "policy_param", []) or [], "tailor manager"))
 
 

@@ -375,8 +375,35 @@ class Manager:
         if pub.content_key(table) == self.current.key:
             return False
         reason = "; ".join(notes[:20]) or "policy update"
+        if self.cfg.ope_gate and not events:  # a rollback is never held back: it removes a configuration proven worse
+            publish, why = self._ope_check(table, now)
+            if not publish:
+                self.store.audit(now, self.current.version, "manager", "ope-gate",
+                                 f"ope-gate: kept version {self.current.version}: {why}")
+                log("ope_gate.kept", version=self.current.version, reason=why)
+                return False
+            reason = f"{reason}; ope-gate: {why}"
         self._publish(table, "policy", "manager", "publish", reason, now)
         return True
+
+    def _ope_check(self, table: dict, now: float) -> tuple[bool, str]:
+        """``tailor.ope.ope_gate`` on SNIPS estimates (cluster-robust intervals by client cohort) of the candidate and
+        the current table from the telemetry of the last ``ope_window_s`` (records with a logged probability); a
+        failure keeps the current table."""
+        from tailor.ope import cohort_clusters, ope_gate, table_value
+        from tailor.table import DecisionTable
+
+        try:
+            logs = ope_logs(self.store, now - self.cfg.ope_window_s)
+            if logs is None:
+                return True, "no telemetry with a logged probability in the window: published"
+            clusters = cohort_clusters(logs.client)  # a client keeps its draws for a table version
+            candidate = table_value(DecisionTable(table, validated=True), logs, cluster=clusters)["snips"]
+            current = table_value(self.current.resolver(), logs, cluster=clusters)["snips"]
+            return ope_gate(candidate, current, self.cfg.ope_tolerance)
+        except Exception as err:  # noqa: BLE001 (the gate fails closed; the cycle and learning go on)
+            log("ope_gate.failed", logging.ERROR, error=str(err)[:300])
+            return False, f"gate failed: {type(err).__name__}: {str(err)[:200]}"
 
     def _summarize(self, report, published: bool, rollbacks: int, deleted: int, duration: float) -> CycleSummary:
         treated, hold = self._overall()
@@ -427,6 +454,46 @@ class Manager:
             self.flush()
             self.snapshot()
             self.store.close()
+
+
+OPE_MAX_RECORDS = 100_000  # the gate values tables on at most this many of the window's most recent records
+OPE_SQL = """
+SELECT coalesce(client_addr, split_part(client_prefix, '/', 1)), sni, device, config_id, probability,
+       CASE WHEN kind = 'pageload' THEN plt_ms WHEN kind = 'response' THEN ttlb_ms
+            WHEN alpn IS NULL AND tls_fingerprint IS NULL THEN duration_ms END AS done
+FROM telemetry WHERE time >= ? AND probability IS NOT NULL AND done IS NOT NULL AND done > 0
+ORDER BY time DESC, seq DESC LIMIT ?
+"""
+
+
+def ope_logs(store: Store, since: float, limit: int = OPE_MAX_RECORDS):
+    """The stored telemetry since ``since`` as :class:`tailor.ope.Logs` (completion time as in the feed, clipped
+    to its bounds; client = address, else the prefix's network address; records whose client is not an address
+    are left out), or None when there is none."""
+    import ipaddress
+
+    from tailor.manager.feed import BOUNDS
+    from tailor.ope import Logs
+
+    rows = store.query(OPE_SQL, [since, limit])
+    ok: dict[str, bool] = {}
+
+    def valid(addr) -> bool:
+        if addr not in ok:
+            try:
+                ipaddress.ip_address(addr)
+                ok[addr] = True
+            except (ValueError, TypeError):
+                ok[addr] = False
+        return ok[addr]
+
+    rows = [r for r in rows if valid(r[0]) and math.isfinite(r[5])]
+    if not rows:
+        return None
+    client, sni, device, config, prob, done = zip(*rows)
+    lo, hi = BOUNDS["done_ms"]
+    return Logs(list(client), [x or None for x in sni], [x or None for x in device], list(config), list(prob),
+                [min(max(d, lo), hi) for d in done])
 
 
 def _nan_none(x: float) -> float | None:

@@ -1,0 +1,659 @@
+"""Off-policy evaluation: estimate the mean cost per connection a target policy would have had, from logs of another.
+
+Shared by the offline evaluation (``tailor evaluate``) and the live manager. Costs are page-load or completion
+times (lower is better); a policy's *value* is its expected cost per record (connection).
+
+Estimators
+  * SNIPS, self-normalised inverse propensity scoring (Swaminathan & Joachims, "The Self-Normalized Estimator
+    for Counterfactual Learning", NeurIPS 2015): ``sum(w c) / sum(w)`` with ``w = target_p / logged_p``;
+    interval by the delta method.
+  * Doubly robust (Dudík, Langford & Li, "Doubly Robust Policy Evaluation and Learning", ICML 2011): the
+    direct-method value of each record plus the importance-weighted residual of the logged cost; unbiased if
+    either the propensities or the cost model are right. Optionally with the self-normalised correction.
+  * Direct method: the mean of the cost model's predictions under the target policy (biased if the model is).
+
+Assumptions the caller must meet
+  * ``logged_p[i]`` is the true probability with which the logging policy chose the action actually taken in
+    record ``i`` (given that record's context), and ``target_p[i]`` the target policy's probability of that
+    same action; records are independent draws.
+  * Positivity: the target policy puts probability only on actions the logging policy could take
+    (``target_p > 0`` only where ``logged_p > 0``). Passing ``logged_p`` of the action actually taken
+    guarantees ``logged_p > 0`` here, but actions the logger never takes are invisible to SNIPS and DR.
+
+Intervals are normal (CLT) intervals from per-record influence terms; ``bootstrap_interval`` cross-checks them.
+
+Decision tables (what the evaluation and the manager share)
+  * :class:`Logs`: logged connections (client address, SNI, device, logged configuration id, its logged marginal
+    probability, completion time, optional context features for a cost model).
+  * :func:`target_probabilities`: the marginal probability that a decision table gives each configuration to
+    each logged connection, by the rule of spec/decision.md (resolved group, holdback ``h``:
+    ``(1 - h) pi_g(c) + h [c = default]``; no group: the default with probability 1), vectorised over the
+    distinct (client, SNI, device) of the logs.
+  * :func:`table_value`: SNIPS (and with a cost model DR and DM) of a table's mean cost per connection.
+  * :func:`fit_q_model`: a generic cross-fitted cost model for DR (log cost, ridge per configuration shrunk to
+    a pooled fit).
+  * :func:`ope_gate`: the manager's publication rule (``tailor manager --ope-gate``).
+
+>>> est = snips([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.25, 0.25], [0.5, 0.5, 0.5, 0.5])
+>>> print(f"{est.estimator} {est.value:.3f} n={est.n} ess={est.ess:.2f}")
+snips 2.833 n=4 ess=3.60
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import norm
+from threadpoolctl import threadpool_limits
+
+__all__ = ["Estimate", "importance_weights", "snips", "doubly_robust", "direct_method", "bootstrap_interval", "Logs",
+           "TargetProbs", "target_probabilities", "cohort_clusters", "table_value", "QModel", "fit_q_model", "ope_gate"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An off-policy estimate of the mean cost per record under the target policy."""
+
+    estimator: str  # "snips" | "dr" | "dm"
+    value: float  # estimated mean cost per record under the target policy
+    low: float  # confidence interval at `level`
+    high: float
+    n: int  # records used
+    ess: float  # effective sample size of the importance weights, (sum w)^2 / sum w^2
+    level: float
+
+
+def _array(name: str, x: Any) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: must be an array of numbers ({e})") from None
+    if a.ndim != 1:
+        raise ValueError(f"{name}: must be 1-D, got shape {a.shape}")
+    if a.size == 0:
+        raise ValueError(f"{name}: must not be empty")
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        raise ValueError(f"{name}: must be finite, got {a[bad[0]]} at index {bad[0]}")
+    return a
+
+
+def _in_range(name: str, a: np.ndarray, ok: np.ndarray, what: str) -> None:
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        raise ValueError(f"{name}: must be {what}, got {a[bad[0]]} at index {bad[0]}")
+
+
+def _arrays(**named: Any) -> dict[str, np.ndarray]:
+    """Validate 1-D, non-empty, finite, equal-length arrays (the first one names the reference length)."""
+    out = {k: _array(k, v) for k, v in named.items()}
+    first, ref = next(iter(out.items()))
+    for k, a in out.items():
+        if a.size != ref.size:
+            raise ValueError(f"{k}: length {a.size} does not match {first} length {ref.size}")
+    if "cost" in out:
+        _in_range("cost", out["cost"], out["cost"] >= 0, ">= 0")
+    return out
+
+
+def _check_level(level: float) -> float:
+    if not (isinstance(level, (int, float, np.floating)) and 0.0 < float(level) < 1.0):
+        raise ValueError(f"level: must be in (0, 1), got {level!r}")
+    return float(level)
+
+
+def _ess(w: np.ndarray) -> float:
+    s2 = float(np.sum(w * w))
+    return float(np.sum(w)) ** 2 / s2 if s2 > 0 else 0.0
+
+
+def _normal(estimator: str, terms: np.ndarray, value: float, ess: float, level: float) -> Estimate:
+    """Estimate whose interval is value ± z * sd(terms) / sqrt(n) (terms: per-record influence terms)."""
+    n = terms.size
+    if n < 2 or not np.isfinite(value):
+        low = high = float("nan")
+    else:
+        half = float(norm.ppf(0.5 + level / 2)) * float(np.std(terms, ddof=1)) / np.sqrt(n)
+        low, high = value - half, value + half
+    return Estimate(estimator, float(value), float(low), float(high), int(n), float(ess), level)
+
+
+def importance_weights(logged_p: Any, target_p: Any, clip: float | None = None) -> np.ndarray:
+    """w_i = target_p_i / logged_p_i, optionally clipped from above at ``clip``."""
+    a = _arrays(logged_p=logged_p, target_p=target_p)
+    lp, tp = a["logged_p"], a["target_p"]
+    _in_range("logged_p", lp, (lp > 0) & (lp <= 1), "in (0, 1]")
+    _in_range("target_p", tp, (tp >= 0) & (tp <= 1), "in [0, 1]")
+    w = tp / lp
+    if clip is not None:
+        if not (isinstance(clip, (int, float, np.floating)) and np.isfinite(clip) and clip > 0):
+            raise ValueError(f"clip: must be a finite number > 0 or None, got {clip!r}")
+        w = np.minimum(w, float(clip))
+    return w
+
+
+def snips(cost: Any, logged_p: Any, target_p: Any, *, level: float = 0.95, clip: float | None = None) -> Estimate:
+    """Self-normalised IPS, sum(w c) / sum(w), with a delta-method interval.
+
+    Influence term of record i: w_i (c_i - v) / mean(w). If every weight is 0 the value is undefined: nan, with
+    interval (nan, nan) and ess 0.
+    """
+    level = _check_level(level)
+    c = _arrays(cost=cost, logged_p=logged_p, target_p=target_p)["cost"]
+    w = importance_weights(logged_p, target_p, clip)
+    sw = float(np.sum(w))
+    if sw == 0:
+        return Estimate("snips", float("nan"), float("nan"), float("nan"), int(c.size), 0.0, level)
+    v = float(np.sum(w * c)) / sw
+    return _normal("snips", w * (c - v) / np.mean(w), v, _ess(w), level)
+
+
+def doubly_robust(
+    cost: Any,
+    logged_p: Any,
+    target_p: Any,
+    q_logged: Any,
+    q_target: Any,
+    *,
+    level: float = 0.95,
+    clip: float | None = None,
+    self_normalise: bool = True,
+) -> Estimate:
+    """Doubly robust estimate: mean of q_target_i + w_i (c_i - q_logged_i).
+
+    ``q_logged[i]``: the cost model's prediction for the logged action of record i; ``q_target[i]``: the
+    direct-method value of record i, sum_a pi_target(a | x_i) qhat(x_i, a). With ``self_normalise`` the
+    correction is sum(w r) / sum(w) instead of mean(w r) (r = c - q_logged); if every weight is 0 it is taken
+    as 0, i.e. the estimate falls back to the direct method (ess 0 flags this). The interval comes from the
+    sample variance of the per-record (influence) terms.
+    """
+    level = _check_level(level)
+    a = _arrays(cost=cost, logged_p=logged_p, target_p=target_p, q_logged=q_logged, q_target=q_target)
+    w = importance_weights(logged_p, target_p, clip)
+    r = a["cost"] - a["q_logged"]
+    qt = a["q_target"]
+    if not self_normalise:
+        terms = qt + w * r
+        return _normal("dr", terms, float(np.mean(terms)), _ess(w), level)
+    sw = float(np.sum(w))
+    if sw == 0:
+        return _normal("dr", qt, float(np.mean(qt)), 0.0, level)
+    corr = float(np.sum(w * r)) / sw
+    terms = qt + corr + w * (r - corr) / np.mean(w)
+    return _normal("dr", terms, float(np.mean(qt)) + corr, _ess(w), level)
+
+
+def direct_method(q_target: Any, *, level: float = 0.95) -> Estimate:
+    """Direct method: mean of the model's per-record target values (ess = n: no importance weights)."""
+    level = _check_level(level)
+    qt = _arrays(q_target=q_target)["q_target"]
+    return _normal("dm", qt, float(np.mean(qt)), float(qt.size), level)
+
+
+def bootstrap_interval(
+    fn: Callable[..., float | Estimate],
+    arrays: tuple[np.ndarray, ...],
+    *,
+    level: float = 0.95,
+    n_boot: int = 500,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``fn(*arrays)``, resampling records (rows of all arrays jointly).
+
+    ``fn`` returns a number or an Estimate (its value is used). Resamples whose value is not finite are dropped;
+    if none is finite the interval is (nan, nan).
+    """
+    level = _check_level(level)
+    if not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot: must be an integer >= 1, got {n_boot!r}")
+    if not arrays:
+        raise ValueError("arrays: must hold at least one array")
+    arrs = [np.asarray(x) for x in arrays]
+    n = arrs[0].shape[0] if arrs[0].ndim else 0
+    for i, x in enumerate(arrs):
+        if x.ndim == 0 or x.shape[0] != n or n == 0:
+            raise ValueError(f"arrays: element {i} must have the same non-zero length as element 0 ({n})")
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot)
+    for b in range(n_boot):
+        idx = rng.integers(0, n, size=n)
+        out = fn(*(x[idx] for x in arrs))
+        stats[b] = out.value if isinstance(out, Estimate) else float(out)
+    stats = stats[np.isfinite(stats)]
+    if stats.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.quantile(stats, [0.5 - level / 2, 0.5 + level / 2])
+    return float(lo), float(hi)
+
+
+# -- decision tables: what a table would have cost on logged connections
+
+def _strings(name: str, x: Any, n: int | None, optional: bool) -> np.ndarray:
+    a = np.asarray(x, dtype=object)
+    if a.ndim != 1:
+        raise ValueError(f"{name}: must be 1-D, got shape {a.shape}")
+    if n is not None and a.size != n:
+        raise ValueError(f"{name}: length {a.size} does not match client length {n}")
+    for i, v in enumerate(a):
+        if not (isinstance(v, str) or (optional and v is None)):
+            raise ValueError(f"{name}: must be strings{' or None' if optional else ''}, got {v!r} at index {i}")
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Logs:
+    """Logged connections, one entry per record, all arrays of the same length.
+
+    ``client``: the client address (what a table's rules match); ``sni``, ``device``: the TLS server name and
+    device class, or None when unknown; ``config``: the id of the configuration the connection got;
+    ``probability``: the logged marginal probability of that configuration (in (0, 1]); ``cost``: the
+    completion time (ms). ``features``: optional numeric context features for a cost model (name -> array,
+    NaN = unknown), used as given: pass e.g. log RTT and log goodput rather than the raw values.
+    """
+
+    client: Any
+    sni: Any
+    device: Any
+    config: Any
+    probability: Any
+    cost: Any
+    features: dict[str, Any] | None = None
+
+    def __post_init__(self):
+        client = _strings("client", self.client, None, False)
+        n = client.size
+        if n == 0:
+            raise ValueError("client: must not be empty")
+        num = _arrays(probability=self.probability, cost=self.cost)
+        if num["probability"].size != n:
+            raise ValueError(f"probability: length {num['probability'].size} does not match client length {n}")
+        p = num["probability"]
+        _in_range("probability", p, (p > 0) & (p <= 1), "in (0, 1]")
+        feats = {}
+        for k, v in (self.features or {}).items():
+            f = np.asarray(v, dtype=float)
+            if f.shape != (n,):
+                raise ValueError(f"features[{k!r}]: must be 1-D of length {n}, got shape {f.shape}")
+            feats[str(k)] = f
+        for name, value in (("client", client), ("sni", _strings("sni", self.sni, n, True)),
+                            ("device", _strings("device", self.device, n, True)),
+                            ("config", _strings("config", self.config, n, False)),
+                            ("probability", p), ("cost", num["cost"]), ("features", feats)):
+            object.__setattr__(self, name, value)
+
+    def __len__(self) -> int:
+        return int(self.client.size)
+
+    def subset(self, index: Any) -> "Logs":
+        """The records selected by ``index`` (a boolean mask or integer indices)."""
+        idx = np.asarray(index)
+        return Logs(self.client[idx], self.sni[idx], self.device[idx], self.config[idx], self.probability[idx],
+                    self.cost[idx], {k: v[idx] for k, v in self.features.items()})
+
+
+@dataclass(frozen=True, eq=False)
+class TargetProbs:
+    """A table's marginal probabilities on logged connections.
+
+    ``probs[row[i], k]`` is the probability that the table gives ``config_ids[k]`` to record ``i``; the rows are
+    the table groups the logged connections resolve to, plus one last row for connections no rule matches (the
+    default with probability 1). ``group`` names each row's group (None for the last row).
+    """
+
+    config_ids: tuple[str, ...]
+    probs: np.ndarray  # (rows, K)
+    row: np.ndarray  # (n,) row of probs per record
+    group: tuple[str | None, ...]
+    default: str
+
+    def matrix(self) -> np.ndarray:
+        """(n, K): the table's distribution over ``config_ids`` for every record."""
+        return self.probs[self.row]
+
+    def of(self, config: Any) -> np.ndarray:
+        """Probability of ``config[i]`` (a configuration id per record) for record ``i``; 0 if not in the table."""
+        col = {c: k for k, c in enumerate(self.config_ids)}
+        cfg = np.asarray(config, dtype=object)
+        ks = np.fromiter((col.get(c, -1) for c in cfg), dtype=np.int64, count=cfg.size)
+        out = np.zeros(cfg.size)
+        hit = ks >= 0
+        out[hit] = self.probs[self.row[hit], ks[hit]]
+        return out
+
+    @property
+    def matched(self) -> np.ndarray:
+        """Whether a rule of the table matched each record."""
+        return self.row < self.probs.shape[0] - 1
+
+
+def _resolver(table: Any):
+    from tailor.table import DecisionTable
+
+    return table if isinstance(table, DecisionTable) else DecisionTable(table)
+
+
+def target_probabilities(table: Any, logs: Logs) -> TargetProbs:
+    """Marginal probability of each configuration of ``table`` for every logged connection (spec/decision.md).
+
+    ``table``: a decision table document (validated here) or a :class:`tailor.table.DecisionTable`. The group of
+    each distinct (client, SNI, device) is resolved once; a group's distribution is ``(1 - h) pi_g(c) +
+    h [c = default]`` with the table's holdback ``h`` (the marginal over the cohort draw, which is what an edge
+    logs); a connection no rule matches gets the default with probability 1. Only the groups the logs reach are
+    materialised, with the configurations those groups (and the default) can give.
+    """
+    dt = _resolver(table)
+    doc, h, default = dt.doc, dt.holdback, dt.default
+    keys: dict[tuple, int] = {}
+    inv = np.fromiter((keys.setdefault(k, len(keys)) for k in zip(logs.client, logs.sni, logs.device)),
+                      dtype=np.int64, count=len(logs))
+    groups: dict[str, int] = {}
+    key_row = np.empty(len(keys), dtype=np.int64)
+    for j, (addr, sni, device) in enumerate(keys):
+        try:
+            gid = dt.group_of(addr, sni, device)
+        except ValueError as err:
+            raise ValueError(f"client: {addr!r} is not an IP address ({err})") from None
+        key_row[j] = -1 if gid is None else groups.setdefault(gid, len(groups))
+    choices = {g["id"]: g["choices"] for g in doc["groups"] if g["id"] in groups}
+    cids = list(dict.fromkeys([default] + [c["config"] for gid in groups for c in choices[gid]]))
+    col = {c: k for k, c in enumerate(cids)}
+    probs = np.zeros((len(groups) + 1, len(cids)))
+    for gid, r in groups.items():
+        for c in choices[gid]:
+            probs[r, col[c["config"]]] += (1.0 - h) * c["p"]
+        probs[r, 0] += h
+    probs[-1, 0] = 1.0
+    np.clip(probs, 0.0, 1.0, out=probs)
+    key_row[key_row < 0] = len(groups)
+    return TargetProbs(tuple(cids), probs, key_row[inv], tuple(groups) + (None,), default)
+
+
+def cohort_clusters(clients: Any) -> np.ndarray:
+    """Cluster label per record: the client's cohort unit (spec/decision.md: an IPv4 address, an IPv6 /64), the
+    unit a salted table draws holdback and configuration for -- so a client's connections share them."""
+    from tailor.table.decide import cohort_unit
+
+    units: dict[str, int] = {}
+    labels: dict[bytes, int] = {}
+    for c in dict.fromkeys(clients):
+        units[c] = labels.setdefault(cohort_unit(c), len(labels))
+    return np.fromiter((units[c] for c in clients), dtype=np.int64, count=len(clients))
+
+
+def _clustered(est: Estimate, terms: np.ndarray, cluster: np.ndarray) -> Estimate:
+    """``est`` with a cluster-robust interval: from the variance of the per-cluster sums of the centred influence
+    terms (the same interval as :func:`_normal` when every record is its own cluster)."""
+    n = terms.size
+    if not np.isfinite(est.value) or n < 2:
+        return est
+    sums = np.bincount(cluster, weights=terms - np.mean(terms))
+    g = int(np.count_nonzero(np.bincount(cluster)))
+    if g < 2:
+        return dataclasses.replace(est, low=float("nan"), high=float("nan"))
+    se = float(np.sqrt(g / (g - 1) * np.sum(sums * sums))) / n
+    half = float(norm.ppf(0.5 + est.level / 2)) * se
+    return dataclasses.replace(est, low=est.value - half, high=est.value + half)
+
+
+def table_value(table: Any, logs: Logs, *, q: Callable[[Logs, list[str]], np.ndarray] | None = None,
+                level: float = 0.95, clip: float | None = None, target: TargetProbs | None = None,
+                cluster: Any = None) -> dict[str, Estimate]:
+    """Estimated mean cost per connection had ``table`` been applied to the logged connections.
+
+    Returns ``{"snips": ...}``, and with a cost model ``q`` also ``"dr"`` (doubly robust) and ``"dm"`` (direct
+    method). ``q(logs, config_ids)`` returns an (n, len(config_ids)) array of predicted costs (e.g. a
+    :class:`QModel` from :func:`fit_q_model`); it is asked for the table's configurations and the logged ones.
+
+    DR is the plain (not self-normalised) form: where the logs do not support the table (contexts in which the
+    logger never gave the table's configurations) it keeps the model's value instead of scaling up the
+    correction measured where they do (`tailor evaluate`'s default scenario, configanator's logs: largest error
+    7% against 16% self-normalised). When no logged record has a configuration the table could give it
+    (positivity fails everywhere) SNIPS is nan with ess 0 and DR is the direct method (ess 0 flags it).
+    ``target``: the table's :func:`target_probabilities` on these logs when the caller has them already.
+
+    ``cluster``: a label per record (e.g. :func:`cohort_clusters` of the clients) for cluster-robust intervals.
+    Records are otherwise taken as independent, which they are not under a salted table: a client keeps its
+    holdback membership and its configuration draw for the whole table version, so its connections move
+    together and independent-record intervals come out too narrow.
+    """
+    level = _check_level(level)
+    tp = target_probabilities(table, logs) if target is None else target
+    target_p = tp.of(logs.config)
+    groups = None
+    if cluster is not None:
+        groups = np.unique(np.asarray(cluster), return_inverse=True)[1].ravel()
+        if groups.size != len(logs):
+            raise ValueError(f"cluster: length {groups.size} does not match the logs' {len(logs)}")
+    w = importance_weights(logs.probability, target_p, clip)
+    out = {"snips": snips(logs.cost, logs.probability, target_p, level=level, clip=clip)}
+    if groups is not None and np.sum(w) > 0:
+        out["snips"] = _clustered(out["snips"], w * (logs.cost - out["snips"].value) / np.mean(w), groups)
+    if q is None:
+        return out
+    known = set(tp.config_ids)
+    logged = [c for c in dict.fromkeys(logs.config) if c not in known]
+    cols = list(tp.config_ids) + logged
+    qm = np.asarray(q(logs, cols), dtype=float)
+    if qm.shape != (len(logs), len(cols)):
+        raise ValueError(f"q: must return shape {(len(logs), len(cols))}, got {qm.shape}")
+    if not np.all(np.isfinite(qm)):
+        raise ValueError("q: predictions must be finite")
+    index = {c: k for k, c in enumerate(cols)}
+    k_logged = np.fromiter((index[c] for c in logs.config), dtype=np.int64, count=len(logs))
+    q_logged = qm[np.arange(len(logs)), k_logged]
+    q_target = np.einsum("ij,ij->i", tp.matrix(), qm[:, :len(tp.config_ids)])
+    out["dr"] = doubly_robust(logs.cost, logs.probability, target_p, q_logged, q_target, level=level, clip=clip,
+                              self_normalise=False)
+    out["dm"] = direct_method(q_target, level=level)
+    if groups is not None:
+        out["dr"] = _clustered(out["dr"], q_target + w * (logs.cost - q_logged), groups)
+        out["dm"] = _clustered(out["dm"], q_target, groups)
+    return out
+
+
+# -- a generic cost model for doubly robust estimates
+
+BACKFIT_ROUNDS = 3
+MAX_SITES, MAX_DEVICES = 40, 10  # one-hot levels of the cost model (the most frequent; the rest share one)
+
+
+def _levels(values: np.ndarray, cap: int) -> dict:
+    vals, counts = np.unique(np.array(["" if v is None else v for v in values], dtype=object).astype(str),
+                             return_counts=True)
+    top = vals[np.argsort(-counts, kind="stable")][:cap]
+    return {v: k for k, v in enumerate(top)}
+
+
+class QModel:
+    """Predicted mean cost of every configuration for logged connections (the ``q`` of :func:`table_value`).
+
+    Log cost (log1p) = f(context) + g_c(context):
+
+    * f: a histogram gradient-boosting regressor (scikit-learn) on the context alone -- site and device
+      (categorical: the most frequent ``MAX_SITES`` / ``MAX_DEVICES`` levels, the rest share one) and the numeric
+      features of the logs -- fitted on every record whatever its configuration;
+    * g_c: per configuration, a ridge regression of f's residuals on [1, site one-hot, device one-hot,
+      standardised numeric features] with penalty ``shrink`` (in records): a configuration with few records
+      stays near f, one never logged gets f.
+    * f and g are fitted by backfitting (``BACKFIT_ROUNDS``), so that f does not take the configurations'
+      effects through contexts the logging policy treats differently.
+
+    Back-transformed with Duan's smearing factor per decile of the predicted log cost (the noise is
+    heteroscedastic), predictions clipped to the range of the logged costs. Cross-fitted (``folds``): records
+    the model was fitted on get predictions from the fold model that did not see them; other logs the mean of
+    the fold models.
+    """
+
+    def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
+                 max_iter: int = 100, seed: int = 0):
+        if not (isinstance(folds, (int, np.integer)) and folds >= 1):
+            raise ValueError(f"folds: must be an integer >= 1, got {folds!r}")
+        if not (isinstance(shrink, (int, float)) and shrink > 0):
+            raise ValueError(f"shrink: must be a number > 0, got {shrink!r}")
+        n = len(logs)
+        self.config_ids = list(dict.fromkeys(list(config_ids or []) + list(dict.fromkeys(logs.config))))
+        self._col = {c: k for k, c in enumerate(self.config_ids)}
+        self._sites, self._devices = _levels(logs.sni, MAX_SITES), _levels(logs.device, MAX_DEVICES)
+        self._feats = sorted(logs.features)
+        raw = self._numeric(logs)
+        self._median = np.array([np.nanmedian(c) if np.any(np.isfinite(c)) else 0.0 for c in raw.T])
+        filled = self._fill(raw)
+        self._mu = filled.mean(axis=0)
+        sd = filled.std(axis=0)
+        self._sd = np.where(sd > 0, sd, 1.0)
+        self.shrink = float(shrink)
+        y = np.log1p(logs.cost)
+        self._range = (float(y.min()), float(y.max()))
+        x, phi = self._x(logs), self._phi(logs)
+        cfg = np.fromiter((self._col[c] for c in logs.config), dtype=np.int64, count=n)
+        folds = int(min(folds, max(1, n // 50)))
+        self._fold = np.random.default_rng(seed).permutation(n) % folds
+        cat = np.zeros(x.shape[1], dtype=bool)
+        cat[:2] = True
+        self._models = []  # (f, gamma (d x K), smearing edges, smearing factors) per fold
+        with threadpool_limits(1):  # OpenMP threads cost more than they bring at this size, above all on a busy machine
+            for k in range(folds):
+                self._fit_fold(k, folds, x, phi, y, cfg, cat, max_iter, seed)
+        self._train = logs
+        self._cache: dict[str, np.ndarray] = {}
+        self._cache_logs: Logs | None = None
+
+    def _fit_fold(self, k, folds, x, phi, y, cfg, cat, max_iter, seed) -> None:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        n = y.size
+        train = self._fold != k if folds > 1 else np.ones(n, dtype=bool)
+        held = ~train if folds > 1 else train
+        f = HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=0.1, max_leaf_nodes=31,
+                                          min_samples_leaf=20, categorical_features=cat, early_stopping=False,
+                                          random_state=seed)
+        xt, pt, yt, ct = x[train], phi[train], y[train], cfg[train]
+        offset = np.zeros(yt.size)
+        for _ in range(BACKFIT_ROUNDS):  # backfitting: f alone would absorb config effects its context correlates with
+            f.fit(xt, yt - offset)
+            gamma = self._fit_gamma(pt, yt - f.predict(xt), ct)
+            offset = np.einsum("ij,ij->i", pt, gamma[:, ct].T)
+        pred = self._clip(f.predict(x[held]) + np.einsum("ij,ij->i", phi[held], gamma[:, cfg[held]].T))
+        edges, factors = _smearing(pred, y[held] - pred)
+        self._models.append((f, gamma, edges, factors))
+
+    # features
+    def _numeric(self, logs: Logs) -> np.ndarray:
+        n = len(logs)
+        cols = [logs.features[k] if k in logs.features else np.full(n, np.nan) for k in self._feats]
+        return np.column_stack(cols) if cols else np.zeros((n, 0))
+
+    def _fill(self, raw: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(raw), raw, self._median[None, :]) if raw.shape[1] else raw
+
+    def _codes(self, values: np.ndarray, levels: dict) -> np.ndarray:
+        return np.fromiter((levels.get("" if v is None else v, len(levels)) for v in values), dtype=float,
+                           count=values.size)
+
+    def _x(self, logs: Logs) -> np.ndarray:
+        """The boosted model's input: site code, device code, numeric features (NaN: unknown)."""
+        return np.column_stack([self._codes(logs.sni, self._sites), self._codes(logs.device, self._devices),
+                                self._numeric(logs)])
+
+    def _phi(self, logs: Logs) -> np.ndarray:
+        """The per-configuration ridge's input: 1, site and device one-hot, standardised numeric features."""
+        n = len(logs)
+        parts = [np.ones((n, 1))]
+        for values, levels in ((logs.sni, self._sites), (logs.device, self._devices)):
+            oh = np.zeros((n, len(levels) + 1))
+            oh[np.arange(n), self._codes(values, levels).astype(np.int64)] = 1.0
+            parts.append(oh)
+        if self._feats:
+            parts.append((self._fill(self._numeric(logs)) - self._mu) / self._sd)
+        return np.hstack(parts)
+
+    def _fit_gamma(self, phi: np.ndarray, r: np.ndarray, cfg: np.ndarray) -> np.ndarray:
+        d, K = phi.shape[1], len(self.config_ids)
+        gamma = np.zeros((d, K))
+        order = np.argsort(cfg, kind="stable")
+        bounds = np.searchsorted(cfg[order], np.arange(K + 1))
+        for k in range(K):
+            idx = order[bounds[k]:bounds[k + 1]]
+            if idx.size:
+                x = phi[idx]
+                gamma[:, k] = np.linalg.solve(x.T @ x + self.shrink * np.eye(d), x.T @ r[idx])
+        return gamma
+
+    def _clip(self, logc: np.ndarray) -> np.ndarray:
+        return np.clip(logc, *self._range)
+
+    def __call__(self, logs: Logs, config_ids: list[str]) -> np.ndarray:
+        """(len(logs), len(config_ids)) predicted mean costs (cross-fitted on the training logs)."""
+        if self._cache_logs is not logs:
+            self._cache_logs, self._cache = logs, {}
+        todo = [c for c in dict.fromkeys(config_ids) if c not in self._cache]
+        if todo:
+            with threadpool_limits(1):
+                self._predict(logs, todo)
+        return np.column_stack([self._cache[c] for c in config_ids]) if config_ids else np.zeros((len(logs), 0))
+
+    def _predict(self, logs: Logs, todo: list[str]) -> None:
+        x, phi = self._x(logs), self._phi(logs)
+        ks = np.array([self._col.get(c, -1) for c in todo])
+        same = logs is self._train and len(self._models) > 1
+        pred = np.zeros((len(logs), len(todo)))
+        for k, (f, gamma, edges, factors) in enumerate(self._models):
+            rows = self._fold == k if same else slice(None)
+            coef = np.where(ks[None, :] >= 0, gamma[:, np.maximum(ks, 0)], 0.0)
+            logc = self._clip(f.predict(x[rows])[:, None] + phi[rows] @ coef)
+            smear = factors[np.clip(np.searchsorted(edges, logc), 0, len(factors) - 1)]
+            yhat = np.expm1(logc) * smear + (smear - 1.0)  # E[exp(logc + e)] - 1
+            yhat = np.clip(yhat, 0.0, np.expm1(self._range[1]))
+            if same:
+                pred[rows] = yhat
+            else:
+                pred += yhat / len(self._models)
+        for j, c in enumerate(todo):
+            self._cache[c] = pred[:, j]
+
+
+def _smearing(pred: np.ndarray, resid: np.ndarray, bins: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Duan's smearing factor mean(exp(residual)) per quantile bin of the prediction: (inner edges, factors)."""
+    if pred.size < 2 * bins:
+        return np.zeros(0), np.array([float(np.mean(np.exp(resid))) if resid.size else 1.0])
+    edges = np.quantile(pred, np.linspace(0, 1, bins + 1)[1:-1])
+    which = np.searchsorted(edges, pred)
+    factors = np.array([np.mean(np.exp(resid[which == b])) if np.any(which == b) else 1.0 for b in range(bins)])
+    return edges, factors
+
+
+def fit_q_model(logs: Logs, config_ids: list[str] | None = None, **kw: Any) -> QModel:
+    """A cross-fitted cost model of ``logs`` for :func:`table_value` (see :class:`QModel`); ``config_ids``: the
+    configurations it should know beyond the logged ones (those get the pooled prediction)."""
+    return QModel(logs, config_ids, **kw)
+
+
+# -- the manager's publication gate
+
+def ope_gate(candidate: Estimate, current: Estimate, tolerance: float = 0.0) -> tuple[bool, str]:
+    """Whether to publish a candidate table, from estimates of its and the current table's mean completion time
+    on the same logs (same estimator and level): (publish, reason).
+
+    Rule (times: lower is better): publish when the candidate's upper confidence bound is no higher than the
+    current table's, ``candidate.high <= current.high * (1 + tolerance)`` -- the candidate's pessimistic value
+    is no worse than the current table's pessimistic value (equivalently, in improvement terms, the candidate's
+    lower bound is no worse than the current table's). A candidate the logs cannot support (nan: no logged
+    record has a configuration it would give) is kept out; without evidence about the current table (no
+    usable records) the candidate is published.
+    """
+    if not (isinstance(tolerance, (int, float)) and tolerance >= 0):
+        raise ValueError(f"tolerance: must be a number >= 0, got {tolerance!r}")
+    cur = f"current {current.value:.1f} [{current.low:.1f}, {current.high:.1f}] (n={current.n})"
+    if not np.isfinite(current.high):
+        return True, f"no evidence about the current table ({cur}): published"
+    cand = f"candidate {candidate.value:.1f} [{candidate.low:.1f}, {candidate.high:.1f}] (ess {candidate.ess:.0f})"
+    if not np.isfinite(candidate.high):
+        return False, f"{cand} not supported by the logs; {cur}"
+    bound = current.high * (1.0 + tolerance)
+    if candidate.high <= bound:
+        return True, f"{cand}: upper bound <= current's {bound:.1f}; {cur}"
+    return False, f"{cand}: upper bound > current's {bound:.1f}; {cur}"

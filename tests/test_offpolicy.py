@@ -1,0 +1,239 @@
+"""Off-policy values of decision tables (tailor.ope.table_value), `tailor evaluate`'s off-policy report and the
+manager's publication gate (tailor.ope.ope_gate).
+
+Synthetic logs come from applying a table with the one decision rule (tailor.table.decide); the simulator test
+uses a real scenario, real policies and the model oracle, whose noise-free times give the true value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from tailor.eval.offpolicy import choose_loggers, offpolicy_evaluation, offpolicy_report, offpolicy_section
+from tailor.eval.run import evaluate, write_results
+from tailor.ope import Estimate, Logs, cohort_clusters, fit_q_model, ope_gate, table_value, target_probabilities
+from tailor.scenario import load_scenario
+from tailor.sim import SimConfig
+from tailor.space import ConfigSpace
+from tailor.table import DecisionTable, decide, validate_table
+
+SPACE = ConfigSpace.named("core")
+DEFAULT = SPACE.configs[SPACE.default_index].id
+A, B, C, X = [c.id for c in SPACE.configs if c.id != DEFAULT][:4]
+SALT = "5a17" * 8
+
+
+def make_table(groups: dict[str, dict[str, float]], rules: list[dict], holdback: float = 0.0,
+               salt: str | None = SALT) -> dict:
+    used = [DEFAULT] + [c for g in groups.values() for c in g]
+    doc = {"schema": "tailor.decision-table/v1", "version": 4, "generated_at": 0.0, "holdback": holdback,
+           "default": DEFAULT, "configs": {c: dict(SPACE.configs[SPACE.index_of(c)].changes()) for c in used},
+           "groups": [{"id": g, "choices": [{"config": c, "p": p} for c, p in ch.items()]} for g, ch in groups.items()],
+           "rules": rules}
+    if salt:
+        doc["salt"] = salt
+    return validate_table(doc)
+
+
+# the logging table: two groups by prefix (one split by device), an SNI rule, an IPv6 rule, unmatched clients
+LOGGER = make_table(
+    {"g1": {DEFAULT: 0.2, A: 0.5, B: 0.3}, "g2": {A: 0.1, C: 0.9}, "g3": {B: 0.6, C: 0.4}},
+    [{"prefix": "10.1.0.0/16", "group": "g1"}, {"prefix": "10.1.2.0/24", "device": "android", "group": "g2"},
+     {"prefix": "10.2.0.0/16", "sni": "shop.example", "group": "g3"}, {"prefix": "2001:db8::/32", "group": "g2"}],
+    holdback=0.2)
+MEAN = {DEFAULT: 1000.0, A: 700.0, B: 1500.0, C: 900.0, X: 400.0}
+
+
+def synthetic_logs(table: dict, n: int = 4000, seed: int = 0) -> Logs:
+    """``n`` connections from clients of 10.1/16, 10.2/16, 10.3/16 (no rule) and 2001:db8::/32, each decided by
+    ``table`` (per-client cohorts under its salt); log-normal times around MEAN of the applied configuration."""
+    rng = np.random.default_rng(seed)
+    dt = DecisionTable(table)
+    nets = ["10.1.2.{}", "10.1.7.{}", "10.2.0.{}", "10.3.1.{}", "2001:db8::{:x}"]
+    clients, snis, devices, configs, probs, costs, rtt = [], [], [], [], [], [], []
+    for _ in range(n):
+        addr = nets[int(rng.integers(len(nets)))].format(int(rng.integers(1, 60)))
+        sni = [None, "shop.example", "news.example"][int(rng.integers(3))]
+        device = [None, "android", "desktop"][int(rng.integers(3))]
+        a = decide(dt, addr, sni, device, int(rng.integers(0, 2**63)))
+        clients.append(addr), snis.append(sni), devices.append(device), configs.append(a.config), probs.append(a.p)
+        r = float(rng.uniform(20, 200))
+        rtt.append(np.log(r))
+        costs.append(MEAN[a.config] * (r / 100) ** 0.5 * float(np.exp(0.4 * rng.standard_normal() - 0.08)))
+    return Logs(clients, snis, devices, configs, probs, costs, {"log_rtt": np.array(rtt)})
+
+
+@pytest.fixture(scope="module")
+def logs() -> Logs:
+    return synthetic_logs(LOGGER)
+
+
+def test_target_probabilities_are_the_logged_marginals_and_snips_on_policy_is_the_mean(logs):
+    tp = target_probabilities(LOGGER, logs)
+    assert np.allclose(tp.of(logs.config), logs.probability, rtol=0, atol=1e-12)  # decide's p, every record
+    assert np.allclose(tp.matrix().sum(axis=1), 1.0)
+    unmatched = np.array([c.startswith("10.3.") or (c.startswith("10.2.") and s != "shop.example")
+                          for c, s in zip(logs.client, logs.sni)])
+    assert not tp.matched[unmatched].any() and tp.matched[~unmatched].all()
+    assert np.all(tp.matrix()[unmatched][:, tp.config_ids.index(DEFAULT)] == 1.0)  # no rule: default, p 1
+    est = table_value(LOGGER, logs)
+    assert set(est) == {"snips"}
+    s = est["snips"]
+    half = 1.959963984540054 * np.std(logs.cost, ddof=1) / math.sqrt(len(logs))
+    assert s.value == pytest.approx(np.mean(logs.cost), rel=1e-12) and s.ess == pytest.approx(len(logs))
+    assert (s.low, s.high) == pytest.approx((s.value - half, s.value + half), rel=1e-9)
+    # a DecisionTable is accepted as well as a document
+    assert table_value(DecisionTable(LOGGER), logs)["snips"] == s
+
+
+def test_a_better_table_is_estimated_close_to_its_truth(logs):
+    """10.1/16 gets A, the fastest logged config (but for a holdback); every other client the default. The logs
+    support it: the logger gives A and (held back or unmatched) the default where the target does."""
+    target = make_table({"fast": {A: 1.0}}, [{"prefix": "10.1.0.0/16", "group": "fast"}], holdback=0.1)
+    tp = target_probabilities(target, logs)
+    rtt_factor = np.exp(0.5 * (logs.features["log_rtt"] - np.log(100)))
+    means = np.array([[MEAN[c] for c in tp.config_ids]])
+    truth = float(np.mean(np.einsum("ij,ij->i", tp.matrix(), means * rtt_factor[:, None])))
+    clusters = cohort_clusters(logs.client)  # salted tables: a client's connections share its draws
+    w = tp.of(logs.config) / logs.probability
+    sums = np.bincount(clusters, weights=w - 1.0)
+    assert abs(np.mean(w) - 1.0) < 3 * np.sqrt(np.sum(sums**2)) / len(logs)  # supported: E[w] = 1
+    est = table_value(target, logs, q=fit_q_model(logs), cluster=clusters)
+    assert set(est) == {"snips", "dr", "dm"}
+    for name in ("snips", "dr"):
+        e = est[name]
+        assert e.low <= truth <= e.high and abs(e.value / truth - 1) < 0.05, (name, e, truth)
+
+
+def test_cluster_robust_intervals(logs):
+    iid = table_value(LOGGER, logs)["snips"]
+    own = table_value(LOGGER, logs, cluster=np.arange(len(logs)))["snips"]  # every record its own cluster
+    assert (own.low, own.high) == pytest.approx((iid.low, iid.high), rel=1e-9)
+    by_client = table_value(LOGGER, logs, cluster=cohort_clusters(logs.client))["snips"]
+    assert by_client.value == iid.value and by_client.high - by_client.low > iid.high - iid.low
+    assert cohort_clusters(["10.0.0.1", "::ffff:10.0.0.1", "2001:db8::1", "2001:db8::2", "10.0.0.2"]).tolist() == \
+        [0, 0, 1, 1, 2]  # the cohort unit: v4-mapped is v4, IPv6 clients by /64
+    with pytest.raises(ValueError, match="cluster: length"):
+        table_value(LOGGER, logs, cluster=[1, 2])
+
+
+def test_positivity_failure_is_reported_as_nan_and_ess_zero(logs):
+    never = make_table({"x": {X: 1.0}}, [{"prefix": "0.0.0.0/0", "group": "x"}, {"prefix": "::/0", "group": "x"}])
+    est = table_value(never, logs, q=fit_q_model(logs, [X]))
+    assert math.isnan(est["snips"].value) and est["snips"].ess == 0.0
+    assert math.isnan(est["snips"].low) and math.isnan(est["snips"].high)
+    assert est["dr"].ess == 0.0 and est["dr"].value == pytest.approx(est["dm"].value)  # DR is then the model alone
+    # with a holdback the table gives the default to 20%: only that part is supported (ess > 0 again)
+    held = make_table({"x": {X: 1.0}}, [{"prefix": "0.0.0.0/0", "group": "x"}], holdback=0.2)
+    assert table_value(held, logs)["snips"].ess > 0
+    # ... and the mean importance weight says how much of it: about the held-back 20% of the IPv4 clients
+    w = target_probabilities(held, logs).of(logs.config) / logs.probability
+    v4 = np.array([":" not in c for c in logs.client])
+    assert np.mean(w[v4]) == pytest.approx(0.2, abs=0.05)
+
+
+def test_logs_and_q_are_validated(logs):
+    with pytest.raises(ValueError, match="probability: must be in"):
+        Logs(["10.0.0.1"], [None], [None], [A], [0.0], [1.0])
+    with pytest.raises(ValueError, match="config: length 2"):
+        Logs(["10.0.0.1"], [None], [None], [A, B], [1.0], [1.0])
+    with pytest.raises(ValueError, match="client: 'nope' is not an IP address"):
+        table_value(LOGGER, Logs(["nope"], [None], [None], [A], [1.0], [1.0]))
+    with pytest.raises(ValueError, match="q: must return shape"):
+        table_value(LOGGER, logs, q=lambda lg, ids: np.zeros((len(lg), 1)))
+
+
+def test_q_model_is_cross_fitted_and_predicts_every_config(logs):
+    q = fit_q_model(logs, [X])
+    pred = q(logs, [DEFAULT, A, B, C, X])
+    assert pred.shape == (len(logs), 5) and np.all(np.isfinite(pred)) and np.all(pred >= 0)
+    other = logs.subset(np.arange(100))  # other logs: the mean of the fold models
+    assert q(other, [A]).shape == (100, 1)
+    logged = np.array([pred[i, [DEFAULT, A, B, C].index(c)] for i, c in enumerate(logs.config)])
+    assert abs(np.mean(logged) / np.mean(logs.cost) - 1) < 0.05  # calibrated in the mean (smearing)
+    ratio = np.mean(pred[:, 2]) / np.mean(pred[:, 1])
+    assert 1.8 < ratio < 2.5  # B is ~2.1x slower than A
+    # X was never logged: the pooled (context-only) prediction
+    assert np.mean(pred[:, 1]) < np.mean(pred[:, 4]) < np.mean(pred[:, 2])
+
+
+# -- the manager's publication rule
+def est(value: float, half: float, n: int = 1000) -> Estimate:
+    return Estimate("snips", value, value - half, value + half, n, float(n), 0.95)
+
+
+def test_ope_gate_rule():
+    current = est(1000.0, 50.0)
+    assert ope_gate(est(900.0, 60.0), current)[0]  # better
+    assert ope_gate(est(1000.0, 50.0), current)[0]  # the same: no worse
+    ok, why = ope_gate(est(1000.0, 80.0), current)  # same value, less certain: its upper bound is worse
+    assert not ok and "upper bound > current's 1050.0" in why
+    assert not ope_gate(est(1200.0, 50.0), current)[0]  # worse
+    assert ope_gate(est(1000.0, 80.0), current, tolerance=0.03)[0]  # 1080 <= 1050 * 1.03
+    nan = Estimate("snips", math.nan, math.nan, math.nan, 1000, 0.0, 0.95)
+    ok, why = ope_gate(nan, current)
+    assert not ok and "not supported by the logs" in why
+    ok, why = ope_gate(est(1000.0, 50.0), nan)
+    assert ok and "no evidence" in why
+    with pytest.raises(ValueError, match="tolerance"):
+        ope_gate(current, current, tolerance=-1)
+
+
+def test_gate_keeps_a_slower_table_out_and_publishes_a_faster_one(logs):
+    """With table_value on the logs of LOGGER: all of g1 on A (fast) passes, all of g1 on B (slow) does not."""
+    current = table_value(LOGGER, logs)["snips"]
+
+    def with_g1(config):
+        t = json.loads(json.dumps(LOGGER))
+        t["groups"][0]["choices"] = [{"config": config, "p": 1.0}]
+        return t
+
+    faster, slower = table_value(with_g1(A), logs)["snips"], table_value(with_g1(B), logs)["snips"]
+    assert faster.value < current.value < slower.value
+    assert ope_gate(faster, current)[0] and not ope_gate(slower, current)[0]
+
+
+# -- tailor evaluate
+@pytest.fixture(scope="module")
+def ev(oracle):
+    """Broadband clients (moderate tails), 16 configurations, mab-nc exploring uniformly half of the time."""
+    sc = load_scenario("broadband-us", n_sessions=400, seed=0, websites=sorted(oracle.websites))
+    return evaluate(sc, oracle, ["default", "mab-nc", "random"],
+                    SimConfig(seed=0, allowed="NoBBR,tcp.initial_cwnd<=10"), {"epsilon": 0.5, "sharpness": 0.0})
+
+
+def test_evaluate_reports_every_policy_and_dr_recovers_the_default_table(ev):
+    res = ev.offpolicy
+    assert res["logging_policy"] == "mab-nc" and res["alternate_logging_policy"] == "random" and res["reason"] is None
+    rows = {r["policy"]: r for r in res["rows"]}
+    assert sorted(rows) == ["default", "mab-nc", "random"]
+    assert rows["mab-nc"]["logging_policy"] == "random" and rows["default"]["logging_policy"] == "mab-nc"
+    d = rows["default"]
+    # the default table's true value is the mean of the default's time over mab-nc's page loads
+    world = ev.simulator.world
+    assert d["true_ms"] == pytest.approx(np.mean(world.mode_default * (1 + world.theta * world.noise)), rel=1e-9)
+    assert abs(d["dr_rel_error"]) < 0.05 and d["dr_covers"], d
+    assert d["ess"] > 50 and d["matched_share"] > 0.9 and 0.6 < d["mean_weight"] < 1.4  # supported (E[w] = 1)
+    for r in rows.values():
+        assert r["n"] == len(world) and math.isfinite(r["true_ms"]) and r["dr_ms"] > 0
+    assert offpolicy_report(ev) == res["rows"]  # deterministic (seeded folds and model)
+
+
+def test_offpolicy_files_and_report_section(ev, tmp_path):
+    write_results(ev, tmp_path)
+    doc = json.loads((tmp_path / "offpolicy.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert [r["policy"] for r in doc["rows"]] == ["default", "mab-nc", "random"] and doc["seconds"] > 0
+    section = offpolicy_section(ev)
+    assert "Off-policy estimates" in section and section.count("<tr>") == 4
+
+
+def test_no_stochastic_logger_gives_no_rows_and_a_reason(ev):
+    assert choose_loggers(ev, "default")[2] == "logging policy 'default' logged probability 1 for every page load"
+    assert offpolicy_report(ev, "default") == []
+    res = offpolicy_evaluation(ev, "nope")
+    assert res["rows"] == [] and "was not run" in res["reason"]
+    assert "Not computed" in offpolicy_section(type("E", (), {"offpolicy": res})())

@@ -25,6 +25,25 @@ class DefaultPolicy(Policy):
 CDN_STATIC = {"tcp.congestion_control": "bbr", "tcp.initial_cwnd": 32, "http.version": "2"}
 
 
+def cdn_static_index(space) -> int:
+    """Index of :data:`CDN_STATIC` in ``space``; in a space that lacks one of its values, the nearest
+    configuration, with a warning naming each missing knob value."""
+    from tailor.space import Configuration
+
+    want = {k: v for k, v in CDN_STATIC.items() if k in space.registry}
+    target = Configuration(want, space.registry)
+    try:
+        index = space.index_of(target)
+    except Exception:  # noqa: BLE001 - ParameterError: not in the space; take the nearest point
+        index = space._nearest(target, exclude=[])
+    chosen = space.configs[index]
+    for knob, value in want.items():
+        if chosen[knob] != value:
+            warnings.warn(f"cdn-static: {knob}={value} is not in the evaluated space ({space.name}, "
+                          f"{space.allowed or 'all allowed'}); using {knob}={chosen[knob]}", stacklevel=3)
+    return index
+
+
 @register("cdn-static")
 class CDNStaticPolicy(Policy):
     """What large CDNs run for everyone today: BBR, IW 32, HTTP/2, every other knob at its default.
@@ -34,20 +53,7 @@ class CDNStaticPolicy(Policy):
     """
 
     def _init_state(self) -> None:
-        from tailor.space import Configuration
-
-        space = self.space
-        want = {k: v for k, v in CDN_STATIC.items() if k in space.registry}
-        target = Configuration(want, space.registry)
-        try:
-            self._index = space.index_of(target)
-        except Exception:  # noqa: BLE001 - ParameterError: not in the space; take the nearest point
-            self._index = space._nearest(target, exclude=[])
-        chosen = space.configs[self._index]
-        for knob, value in want.items():
-            if chosen[knob] != value:
-                warnings.warn(f"cdn-static: {knob}={value} is not in the evaluated space ({space.name}, "
-                              f"{space.allowed or 'all allowed'}); using {knob}={chosen[knob]}", stacklevel=2)
+        self._index = cdn_static_index(self.space)
 
     def _select(self, ctx: Context) -> Decision:
         return Decision(self._index, 1.0, "all", "static")

@@ -1,32 +1,51 @@
 """Tailor's own policy: one shared model, conservative exploration, per-group change detection.
 
+**Baseline.** The configuration the operator runs today (``baseline``): ``cdn-static`` (BBR, IW 32,
+HTTP/2, :data:`tailor.policies.baselines.CDN_STATIC`) by default, or the registry's ``default``. It is
+the budget's reference, the zero of the knob coding and the decision tables' fallback; the policy learns
+per-group departures from it.
+
 **Model (sharing across groups and websites).** One Bayesian linear model of the log page-load time
 ``log y = phi(x, c)^T w + noise`` over what the server knows at the handshake, ``x`` -- the website, the
 device, the handshake RTT, the /24's archived goodput and loss (or "unknown prefix"), the hour of day,
 each binned one-hot (``psi(x)``, seven blocks) -- and over the configuration ``c`` in treatment coding
-``e(c)`` (:func:`knob_design`: an indicator per non-default knob value and the product of every two, so
-the default is the zero row). ``phi(x, c) = [psi(x), psi(x) (x) e(c)]``; a configuration's effect in a
-context, ``delta(x, c) = log y(x, c) - log y(x, default) = (psi(x) (x) e(c))^T w``, is shared by every
-context with one of the same feature values, and the posterior variance says how well it is known
-there. Prior: one knob changed has an effect of sd ``prior_sd`` (log scale). Noise variance is
-re-estimated from the residuals at each ``plan`` (empirical Bayes).
+``e(c)`` (:func:`knob_design`: an indicator per knob value other than the baseline's and the product of
+every two, so the baseline is the zero row). ``phi(x, c) = [psi(x), psi(x) (x) e(c)]``; a configuration's
+effect in a context, ``delta(x, c) = log y(x, c) - log y(x, baseline) = (psi(x) (x) e(c))^T w``, is
+shared by every context with one of the same feature values, and the posterior variance says how well
+it is known there.
 
-On top, each *context cell* (website, device, RTT, goodput and loss bins) is a random effect around the
-shared model: its own page loads update the shared prediction (normal-normal; prior variance = the
-model's parameter variance + ``tau^2``, the model's misfit, estimated by the method of moments from
-cells with >= 5 page loads of a configuration). A calibration factor ``kappa`` >= 1 scales the
-standard deviations so that the prediction errors of non-default configurations have their predicted
-variance.
+* The knob terms are fitted *within* level cells (website, device, RTT, goodput and loss bins): each
+  cell's level is absorbed (fixed effects), so effects come from contrasts inside a cell, and levels,
+  which an additive model of log time cannot describe, neither bias them nor count as noise. The levels
+  have their own additive model over psi, fitted to the cells' means (weighted least squares, the cells'
+  spread around it by moments): it predicts a new cell's baseline time, which sizes the budget.
+* Prior: one knob changed has an effect of sd ``prior_sd`` (log scale), half of the variance global (the
+  intercept block), half spread over the six context blocks; each context block's variance (main
+  effects and two-knob interactions apart) is then estimated by empirical Bayes (one EM step per
+  ``plan``), so a block whose knob deviations the data do not show shrinks and its contexts share the
+  global effects more tightly.
+* Noise: the within-cell residual variance (empirical Bayes), and per client group its own pooled
+  within-(cell, configuration) variance shrunk to it by 20 pseudo-observations.
+
+On top, each *context cell* is a random effect around the shared model: its own page loads update the
+shared prediction (normal-normal; prior variance = the model's parameter variance + ``tau^2``, the
+model's misfit, estimated by the method of moments from cells with >= 5 page loads of a
+configuration). A calibration factor ``kappa`` >= 1 scales the standard deviations when the squared
+prediction errors of non-baseline configurations exceed their predicted variance (noise + level +
+effect) by more than two standard errors.
 
 **Conservative exploration (Wu et al., ICML 2016).** Per client group (RTT bin x goodput bin of the
 connection's /24) the slack ``S_g = sum_s ((1 + alpha) * b_s - y_s)``, ``y_s`` the observed time of the
-group's s-th page load, ``b_s`` a lower bound of the baseline's (the default configuration's) time:
-``y_s`` for the default, ``y_s * exp(-UCB)`` otherwise, ``UCB = mean + budget_z * sd`` of ``delta``
-(decisions use the narrower ``beta``). The condition is ``S_g >= 0``; it holds as long as the true effects
+group's s-th page load, ``b_s`` a lower bound of the baseline configuration's time:
+``y_s`` for the baseline, ``y_s * exp(-UCB)`` otherwise, ``UCB = mean + budget_z * sd`` of ``delta``
+(decisions use the narrower ``beta``), recomputed at every ``plan`` with the current bounds (Wu et al.:
+the played arms' confidence bounds at the current round), so an exploration learned to be faster pays
+back what it was charged. The condition is ``S_g >= 0``; it holds as long as the true effects
 lie within ``budget_z`` posterior sd (the prior's assumption: one knob changed rarely makes a page load
 more than ``exp(budget_z * prior_sd)`` = 2.5x slower). Per connection:
 
-* ``safe = argmin UCB`` (the default has UCB 0): free, it cannot cost more than the baseline;
+* ``safe = argmin UCB`` (the baseline has UCB 0): free, it cannot cost more than the baseline;
 * a *probe* (at most ``explore_share`` of the group's page loads, ``probes`` per cell and
   configuration between plans): among configurations whose LCB is below the safe one's UCB by
   ``min_gain``, the one with the lowest UCB (``probe='cheap'``, growing the known-safe set) or LCB
@@ -35,7 +54,7 @@ more than ``exp(budget_z * prior_sd)`` = 2.5x slower). Per connection:
   ``min_gain``;
 * a non-safe choice is played only when the slack pays its pessimistic cost
   ``q * m * (exp(UCB) - 1 - alpha)`` (``m``: the larger of the model's and the group's observed
-  baseline time, ``q`` the 99th-percentile noise factor; none before 10 page loads of the group). The
+  baseline time, ``q`` the group's 99th-percentile noise factor; none before 10 page loads of the group). The
   cost is reserved at once; the outcome replaces it by the realised term.
 
 **Change detection.** Per client group, a two-sided CUSUM (Page 1954) of standardised prediction errors
@@ -44,10 +63,10 @@ An alarm forgets the group's cells' own data (they restart from the shared model
 group's bounds (x2, decaying over ``reopen`` page loads): exploration re-opens for that group only.
 
 **Decisions** are deterministic given the state: probability 1, arm ``explore``, ``exploit`` or
-``default``. Tables hold the safe choice of each context cell, with rules per archived prefix x device x
+``default`` (the baseline). Tables hold the safe choice of each context cell, with rules per archived prefix x device x
 website.
 
-Hyper-parameters (defaults) were chosen on seeds 100-102 of the default scenario, never on seeds 0-4:
+Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenarios, never on seeds 0-4:
 ``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1}, ``exploit`` in {safe, greedy}, ``probe`` in
 {cheap, optimistic}, ``prior_sd`` in {0.15, 0.2, 0.3}.
 """
@@ -66,22 +85,24 @@ RTT_EDGES = np.log([15.0, 40.0, 80.0, 160.0, 320.0, 640.0])  # ms
 GOODPUT_EDGES = np.log([0.3, 1.0, 3.0, 10.0, 30.0, 100.0])  # Mbit/s
 LOSS_EDGES = np.array([0.001, 0.005, 0.02, 0.05])
 HOUR_BINS = 4
-LEVEL_VAR = 1.0  # prior variance of a cell's log level around the shared model's (levels cancel in decisions)
+NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
+COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 
 _FLOAT = lambda lo, hi: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi)
 
 
-N_FEATURES = 7  # one-hot blocks of psi: intercept, website, device, RTT, goodput, loss, hour
 
 
-def knob_design(space) -> np.ndarray:
-    """Treatment coding of the configurations relative to the default: one indicator per non-default value
-    of each knob and the product of every two such indicators of different knobs (two-knob interactions).
-    The default configuration is the zero row, and every single-knob change has the same prior scale."""
+def knob_design(space, reference: int | None = None) -> np.ndarray:
+    """Treatment coding of the configurations relative to a reference one (the registry default unless
+    ``reference``, a configuration index, is given): one indicator per value of each knob other than the
+    reference's and the product of every two such indicators of different knobs (two-knob interactions).
+    The reference is the zero row, and every single-knob change from it has the same prior scale."""
     cols = []
     owner = []
+    ref = None if reference is None else space.configs[reference]
     for name, values in space.grid.items():
-        default = space.registry[name].default
+        default = space.registry[name].default if ref is None else ref[name]
         for v in values:
             if v != default:
                 cols.append(np.array([1.0 if c[name] == v else 0.0 for c in space.configs]))
@@ -107,6 +128,8 @@ class TailorPolicy(Policy):
     """Shared Bayesian model + conservative exploration + per-group change detection (module docstring)."""
 
     parameters = {
+        "baseline": ("cdn-static", lambda v: v in ("default", "cdn-static"),
+                     "'default' (the registry's) or 'cdn-static' (the configuration the operator runs today: the budget's baseline)"),
         "alpha": (0.01, _FLOAT(0.0, 1.0), "in [0, 1] (budget: at most (1 + alpha) x the baseline's time per group)"),
         "beta": (1.0, _FLOAT(0.0, 10.0), "in [0, 10] (width of the confidence bounds, in posterior sd)"),
         "prior_sd": (0.3, _FLOAT(1e-3, 10.0), "in [0.001, 10] (prior sd of a knob-context coefficient, log scale)"),
@@ -128,8 +151,14 @@ class TailorPolicy(Policy):
         self._sites = {s: i for i, s in enumerate(sorted(self.env.websites))}
         self._n_psi = 1 + (len(self._sites) + 1) + (len(DEVICES) + 1) + (len(RTT_EDGES) + 1) + (len(GOODPUT_EDGES) + 2) \
             + (len(LOSS_EDGES) + 2) + HOUR_BINS
-        self._e = knob_design(space)  # configs x n_e, zero for the default
-        self._d = self._e  # effect directions relative to the default
+        if self.baseline == "default":
+            self._base = space.default_index
+        elif self.baseline == "cdn-static":
+            from tailor.policies.baselines import cdn_static_index
+
+            self._base = cdn_static_index(space)
+        self._e = knob_design(space, self._base)  # configs x n_e, zero for the baseline
+        self._d = self._e  # effect directions relative to the baseline
         self._n_e = self._e.shape[1]
         # which psi blocks modulate the knobs' effects: all, or the network (RTT, goodput, loss bins) only
         blocks = self._blocks()
@@ -137,15 +166,28 @@ class TailorPolicy(Policy):
         self._int = np.concatenate([np.arange(*blocks[b]) for b in keep])
         self._n_int = len(self._int)
         dim = self._n_psi + self._n_int * self._n_e
-        # prior precision: wide for the context's own level; for the knob terms, a variance such that one knob
-        # changed from its default has an effect of prior sd ``prior_sd`` in a context (N_FEATURES psi entries)
-        prior = np.concatenate([np.full(self._n_psi, 1.0 / 9.0),
-                                np.full(self._n_int * self._n_e, len(keep) / self.prior_sd ** 2)])
-        self._prior_prec = prior
+        # variance components of the knob terms: (context block, main effect or two-knob interaction); the
+        # intercept block (the global effects) keeps its prior, the others are estimated by empirical Bayes (EM)
+        n_main = sum(1 for name, values in space.grid.items() for v in values if v != space.configs[self._base][name])
+        pair = np.arange(self._n_e) >= n_main
+        block_of = np.concatenate([np.full(blocks[b][1] - blocks[b][0], k) for k, b in enumerate(keep)])
+        self._comp = (2 * block_of[:, None] + pair[None, :]).ravel()  # per knob term, row-major (psi entry, e)
+        # at first half of a knob change's prior variance is global and half spread over the context blocks
+        self._comp_var = np.full(2 * len(keep), self.prior_sd ** 2 / (2.0 * max(len(keep) - 1, 1)))
+        self._comp_var[:2] = self.prior_sd ** 2 / 2.0
+        self._comp_cap = self._comp_var.copy()
+        self._prior_prec = np.concatenate([np.full(self._n_psi, 1.0 / 9.0), 1.0 / self._comp_var[self._comp]])
         self._G = np.zeros((dim, dim))
         self._h = np.zeros(dim)
         self._yy = 0.0
         self._n = 0
+        # the shared model is fitted *within* level cells (website, device, RTT, goodput and loss bins): each cell's
+        # own level is absorbed (fixed effects, Frisch-Waugh), so knob effects come from contrasts inside a cell and
+        # cells' levels, which an additive model of log time cannot describe, neither bias them nor count as noise.
+        # Per cell: s = sum of its rows' phi, n, t = sum of log y (the rank-one correction -s s^T / n)
+        self._level: dict[tuple, tuple[np.ndarray, float, float]] = {}
+        self._tt = 0.0  # sum over cells of t^2 / n
+        self._level_var = 1.0  # variance of cells' levels around the additive level model (_fit_levels)
         # page loads since the last plan, aggregated: (cell, config) -> [count, sum log y]; a row of the design
         # depends only on its cell and configuration, so the refit costs per distinct pair, not per page load
         self._rows: dict[tuple, list[float]] = {}
@@ -153,17 +195,21 @@ class TailorPolicy(Policy):
         self._set_cov(np.diag(1.0 / prior))
         self._sigma2 = 0.1
         self._q = math.exp(2.33 * math.sqrt(self._sigma2))
-        self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log default level)
+        self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log baseline level)
         self._probes: dict[tuple, int] = {}
         self._seen: dict[str, list[int]] = {}
         # per client group: slack, CUSUM, residual means per config, widening after an alarm
         self._slack: dict[str, float] = {}
         self._times: dict[str, tuple[int, float]] = {}  # group -> (page loads, sum of baseline-time estimates)
-        self._reserved: dict[int, float] = {}
+        self._reserved: dict[tuple, tuple[str, float]] = {}  # pending page load -> (group, reserved cost)
+        self._played: dict[str, dict[tuple, float]] = {}  # group -> (cell, config) -> sum of observed times
         self._cusum: dict[str, list[float]] = {}
         self._stats: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # cell w/o hour -> (n, sum log y) per config
+        self._gss: dict[str, tuple[float, int]] = {}  # group -> within-(cell, config) sum of squares, its dof
         self._kappa = 1.0  # calibration: sd multiplier so that prediction errors of probes have unit z^2
-        self._z2 = [0.0, 0.0]  # sum of z^2 and count since the last plan (non-default configurations)
+        # non-baseline page loads (discounted): sum and sum of squares of (squared error - predicted variance),
+        # sum of the effects' variances, count
+        self._z2 = [0.0, 0.0, 0.0, 0.0]
         self._tau2 = 0.01  # misfit variance of the shared model, re-estimated at plan
         self._since_alarm: dict[str, int] = {}
         self._alarms: list[tuple[float, str]] = []
@@ -233,34 +279,43 @@ class TailorPolicy(Policy):
         on = np.flatnonzero(pint)  # psi is one-hot per block: the covariance of psi (x) I is a sum of blocks
         m = self._cov_blocks[np.ix_(on, on)].sum(axis=(0, 1))  # n_e x n_e
         var = np.einsum("ci,ij,cj->c", self._d, m, self._d)
-        level = float(psi @ self._mu[:n_psi] + (pint @ w_int) @ self._e[self.space.default_index])
+        level = float(psi @ self._mu[:n_psi] + (pint @ w_int) @ self._e[self._base])
         out = (psi, mean, np.sqrt(np.maximum(var, 0.0)), level)
         self._cells[cell] = out
         return out
 
-    def _effects(self, cell: tuple, group: str) -> tuple[np.ndarray, np.ndarray, float]:
-        """Posterior mean and sd of delta(x, c) for every configuration in ``cell``, and the cell's log
-        default level: the shared model is the prior of the cell's own page loads (normal-normal, prior
+    def _effects(self, cell: tuple, group: str) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """Posterior mean and sd of delta(x, c) for every configuration in ``cell``, the cell's log
+        baseline level and that level's posterior variance: the shared model is the prior of the cell's own page loads (normal-normal, prior
         variance = the model's parameter variance + its misfit tau^2), so a cell with no data is the shared
         model and a cell with many page loads is its own data."""
         psi, mean, sd, level = self._predict(cell)
-        default = self.space.default_index
+        s2 = self._noise(group)
+        default = self._base
         v0 = sd ** 2 + self._tau2
         v0[default] = 0.0
         n, total = self._stats.get(cell[:5], (None, None))
         if n is None:
-            delta, var, base = mean, v0, level
+            delta, var, base, base_var = mean, v0, level, self._level_var
         else:
             # the cell's own level (random effect around the shared level), then its configurations' effects
-            base = (level / LEVEL_VAR + float(np.sum(total - n * mean)) / self._sigma2) / (1.0 / LEVEL_VAR + n.sum() / self._sigma2)
-            var = 1.0 / (1.0 / np.maximum(v0, 1e-12) + n / self._sigma2)
-            delta = var * (mean / np.maximum(v0, 1e-12) + (total - n * base) / self._sigma2)
+            lv = self._level_var
+            base_var = 1.0 / (1.0 / lv + n.sum() / s2)
+            base = base_var * (level / lv + float(np.sum(total - n * mean)) / s2)
+            var = 1.0 / (1.0 / np.maximum(v0, 1e-12) + n / s2)
+            delta = var * (mean / np.maximum(v0, 1e-12) + (total - n * base) / s2)
             delta[default], var[default] = 0.0, 0.0
         widen = 1.0
         since = self._since_alarm.get(group)
         if since is not None and since < self.reopen:
             widen = 2.0 - since / self.reopen
-        return delta, np.sqrt(var) * widen * self._kappa, float(base)
+        return delta, np.sqrt(var) * widen * self._kappa, float(base), float(base_var)
+
+    def _noise(self, group: str) -> float:
+        """The group's noise variance of log time: its pooled within-(cell, configuration) variance, shrunk to
+        the shared model's by 20 pseudo-observations (noise differs between slow and fast networks)."""
+        ss, dof = self._gss.get(group, (0.0, 0))
+        return (ss + NOISE_PRIOR_DOF * self._sigma2) / (dof + NOISE_PRIOR_DOF)
 
     # -- decisions
     def budget_group(self, ctx: Context) -> str:
@@ -275,8 +330,8 @@ class TailorPolicy(Policy):
         cell = self._cell(ctx)
         group = self._group(cell)
         gid = f"{group}|{cell[0]}|{cell[1]}|{cell[4]}|{cell[5]}"
-        mean, sd, level = self._effects(cell, group)
-        default = self.space.default_index
+        mean, sd, level, _ = self._effects(cell, group)
+        default = self._base
         ucb, lcb = mean + self.beta * sd, mean - self.beta * sd
         ucb[default] = lcb[default] = 0.0
         safe = int(np.argmin(ucb))
@@ -307,11 +362,11 @@ class TailorPolicy(Policy):
         nothing is afforded before the group has 10 page loads."""
         n_g, sum_g = self._times.get(group, (0, 0.0))
         typical = max(math.exp(level), sum_g / max(n_g, 1))
-        cost = max(self._q * typical * (math.exp(ucb) - 1.0 - self.alpha), 0.0)
+        cost = max(math.exp(2.33 * math.sqrt(self._noise(group))) * typical * (math.exp(ucb) - 1.0 - self.alpha), 0.0)
         if n_g < 10 or self._slack.get(group, 0.0) < cost:
             return False
         self._slack[group] = self._slack.get(group, 0.0) - cost
-        self._reserved[_key(ctx)] = cost
+        self._reserved[_key(ctx)] = (group, cost)
         return True
 
     def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
@@ -319,10 +374,13 @@ class TailorPolicy(Policy):
         group = self._group(cell)
         y = max(outcome.completion_ms, 1e-3)
         c = decision.config
-        mean, sd, level = self._effects(cell, group)
-        ucb = 0.0 if c == self.space.default_index else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
+        mean, sd, level, level_var = self._effects(cell, group)
+        ucb = 0.0 if c == self._base else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
         # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
-        self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), 0.0) + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
+        self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
+            + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
+        played = self._played.setdefault(group, {})
+        played[(cell, c)] = played.get((cell, c), 0.0) + y
         n_g, sum_g = self._times.get(group, (0, 0.0))
         self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         logy = math.log(y)
@@ -333,11 +391,17 @@ class TailorPolicy(Policy):
         # the change test: standardised error of the prediction made before this page load was known
         n_cell = self._stats.get(cell[:5], (np.zeros(1), None))[0].sum()
         # the change test starts once the model is fitted and the cell's level is its own data's
-        z = (logy - level - float(mean[c])) / math.sqrt(self._sigma2 + float(sd[c]) ** 2) if self._n and n_cell >= 10 else 0.0
-        if c != self.space.default_index:
-            e2 = (logy - level - float(mean[c])) ** 2 - self._sigma2  # squared error of the effect, noise removed
+        s2 = self._noise(group)
+        z = (logy - level - float(mean[c])) / math.sqrt(s2 + level_var + float(sd[c]) ** 2) \
+            if self._n and n_cell >= 10 else 0.0
+        if c != self._base:
+            # squared error of the effect, the noise and the level's uncertainty removed
+            v_eff = float(sd[c] / self._kappa) ** 2
+            e2 = (logy - level - float(mean[c])) ** 2 - s2 - level_var - v_eff
             self._z2[0] += e2
-            self._z2[1] += float(sd[c] / self._kappa) ** 2
+            self._z2[1] += e2 * e2
+            self._z2[2] += v_eff
+            self._z2[3] += 1.0
         cu = self._cusum.setdefault(group, [0.0, 0.0])
         cu[0] = max(0.0, cu[0] + z - self.cusum_drift)
         cu[1] = max(0.0, cu[1] - z - self.cusum_drift)
@@ -350,6 +414,9 @@ class TailorPolicy(Policy):
                 del self._stats[key]
             self._since_alarm[group] = 0
         n, total = self._stats.setdefault(cell[:5], (np.zeros(len(self.space)), np.zeros(len(self.space))))
+        if n[c] > 0:  # Welford: the within-(cell, configuration) sum of squares of the group grows
+            ss, dof = self._gss.get(group, (0.0, 0))
+            self._gss[group] = (ss + n[c] / (n[c] + 1.0) * (logy - total[c] / n[c]) ** 2, dof + 1)
         n[c] += 1
         total[c] += logy
 
@@ -368,16 +435,64 @@ class TailorPolicy(Policy):
             self._h += phi.T @ total
             self._n += int(count.sum())
             self._rows.clear()
+            # replace the touched cells' rank-one level corrections
+            touched: dict[tuple, list] = {}
+            for i, (cell, _) in enumerate(keys):
+                touched.setdefault(cell[:5], []).append(i)
+            old_s, old_w, new_s, new_w = [], [], [], []
+            for lc, rows in touched.items():
+                prev = self._level.get(lc)
+                s_vec = phi[rows].T @ count[rows]
+                n_c, t_c = float(count[rows].sum()), float(total[rows].sum())
+                if prev is not None:
+                    old_s.append(prev[0])
+                    old_w.append(1.0 / prev[1])
+                    self._h += prev[0] * (prev[2] / prev[1])
+                    self._tt -= prev[2] ** 2 / prev[1]
+                    s_vec, n_c, t_c = s_vec + prev[0], n_c + prev[1], t_c + prev[2]
+                self._level[lc] = (s_vec, n_c, t_c)
+                new_s.append(s_vec)
+                new_w.append(1.0 / n_c)
+                self._h -= s_vec * (t_c / n_c)
+                self._tt += t_c ** 2 / n_c
+            if old_s:
+                S = np.array(old_s)
+                self._G += S.T @ (S * np.array(old_w)[:, None])
+            S = np.array(new_s)
+            self._G -= S.T @ (S * np.array(new_w)[:, None])
         if self._n:
             with threadpool_limits(1):  # small dense algebra: threads cost more than they bring on a busy machine
                 self._refit()
+                self._fit_levels()
         self._cells.clear()
         self._probes.clear()
         self._tau2 = self._misfit()
-        if self._z2[1] > 0:  # method of moments over the last period's non-default page loads, smoothed
-            ratio = max(self._z2[0], 0.0) / self._z2[1]
-            self._kappa = float(np.clip(0.7 * self._kappa + 0.3 * math.sqrt(ratio), 1.0, 5.0))
-            self._z2 = [0.0, 0.0]
+        if self._z2[3] >= 30:  # non-baseline page loads, older periods discounted
+            # squared errors beyond their predicted variance, counted only beyond two standard errors: the excess
+            # is a difference of large noisy sums, and the effects' variance is a small part of the prediction's
+            excess = self._z2[0] - 2.0 * math.sqrt(self._z2[1])
+            self._kappa = float(np.clip(math.sqrt(1.0 + max(excess, 0.0) / max(self._z2[2], 1e-12)), 1.0, 5.0))
+            self._z2 = [0.8 * v for v in self._z2]
+        self._reprice()
+
+    def _reprice(self) -> None:
+        """Recompute every group's slack with today's bounds (Wu et al.: the played arms' lower confidence
+        bounds at the current round): a configuration learned to be faster pays back what its exploration
+        was charged, one learned to be slower charges more. Pending reservations stay reserved."""
+        pending: dict[str, float] = {}
+        for group, cost in self._reserved.values():
+            pending[group] = pending.get(group, 0.0) + cost
+        default = self._base
+        for group, played in self._played.items():
+            total = 0.0
+            for (cell, c), y in played.items():
+                if c == default:
+                    total += self.alpha * y
+                    continue
+                mean, sd, _, _ = self._effects(cell, group)
+                ucb = max(float(mean[c] + self.budget_z * sd[c]), 0.0)
+                total += y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
+            self._slack[group] = total - pending.get(group, 0.0)
 
     def _refit(self) -> None:
         """Posterior of the shared model from its sufficient statistics; the noise variance by empirical Bayes."""
@@ -385,10 +500,46 @@ class TailorPolicy(Policy):
             prec = self._G / self._sigma2 + np.diag(self._prior_prec)
             factor = cho_factor(prec, lower=True, check_finite=False)
             self._mu = cho_solve(factor, self._h / self._sigma2, check_finite=False)
-            rss = self._yy - 2.0 * self._mu @ self._h + self._mu @ self._G @ self._mu
-            self._sigma2 = float(np.clip(rss / max(self._n, 1), 1e-4, 4.0))
-        self._set_cov(cho_solve(factor, np.eye(len(prec)), check_finite=False))
+            rss = self._yy - self._tt - 2.0 * self._mu @ self._h + self._mu @ self._G @ self._mu
+            self._sigma2 = float(np.clip(rss / max(self._n - len(self._level), 1), 1e-4, 4.0))
+        cov = cho_solve(factor, np.eye(len(prec)), check_finite=False)
+        self._set_cov(cov)
         self._q = math.exp(2.33 * math.sqrt(self._sigma2))
+        # one EM step of the context blocks' variance components (type-II maximum likelihood): a block whose
+        # knob deviations the data do not show shrinks, so its contexts share the global effects more tightly
+        n_psi = self._n_psi
+        second = self._mu[n_psi:] ** 2 + np.diag(cov)[n_psi:]
+        size = np.bincount(self._comp, minlength=len(self._comp_var))
+        est = np.bincount(self._comp, weights=second, minlength=len(self._comp_var)) / np.maximum(size, 1)
+        est = np.clip(est, COMP_FLOOR, self._comp_cap)
+        self._comp_var[2:] = est[2:]
+        self._prior_prec[n_psi:] = 1.0 / self._comp_var[self._comp]
+
+    def _fit_levels(self) -> None:
+        """The level part of the model (what a new cell's baseline time is predicted from): an additive model of
+        the cells' mean log times, net of the within-cell fit, over psi's website, device, RTT, goodput and loss
+        blocks (weighted least squares, weights 1 / (sigma^2 / n + v)); v, the cells' spread around it, by the
+        method of moments. Levels cancel in a cell's decisions; they size the budget's baseline time."""
+        if not self._level:
+            return
+        hour0 = self._blocks()["hour"][0]
+        keys = list(self._level)
+        psi = np.array([self._psi(lc + (0,)) for lc in keys])[:, :hour0]
+        s = np.array([self._level[k][0] for k in keys])
+        n = np.array([self._level[k][1] for k in keys])
+        t = np.array([self._level[k][2] for k in keys])
+        mu = self._mu.copy()
+        mu[:hour0] = 0.0
+        r = (t - s @ mu) / n  # each cell's mean log time net of the fitted hour and knob terms
+        v = self._level_var
+        for _ in range(3):
+            w = 1.0 / (self._sigma2 / n + v)
+            a = psi.T @ (psi * w[:, None]) + np.eye(hour0) / 9.0
+            coef = np.linalg.solve(a, psi.T @ (w * r))
+            res = r - psi @ coef
+            v = float(np.clip(np.sum(w * (res ** 2 - self._sigma2 / n)) / np.sum(w), 1e-3, 4.0))
+        self._level_var = v
+        self._mu[:hour0] = coef
 
     def _misfit(self) -> float:
         """tau^2: how far cells' own configuration effects stray from the shared model's beyond noise and
@@ -397,7 +548,7 @@ class TailorPolicy(Policy):
         terms = []
         for key, (n, total) in self._stats.items():
             ok = n >= 5
-            ok[self.space.default_index] = False
+            ok[self._base] = False
             if not ok.any() or n.sum() < 10:
                 continue
             psi, mean, sd, level = self._predict(key + (0,))
@@ -413,6 +564,11 @@ class TailorPolicy(Policy):
         """(time, client group) of every change-point alarm so far."""
         return list(self._alarms)
 
+    @property
+    def baseline_index(self) -> int:
+        """Index of the baseline configuration: the budget's reference and the decision tables' fallback."""
+        return self._base
+
     def slack(self, group: str) -> float:
         """The group's current budget slack S_g (ms): what exploration may still cost."""
         return self._slack.get(group, 0.0)
@@ -420,8 +576,10 @@ class TailorPolicy(Policy):
     # -- decision tables: the safe choice per context cell of every archived prefix x device x website
     def _table(self) -> tuple[dict, list[dict]]:
         archive = getattr(self.env, "archive", None)
-        groups: dict[str, dict[int, float]] = {"default": {self.space.default_index: 1.0}}
-        rules: list[dict] = []
+        groups: dict[str, dict[int, float]] = {"baseline": {self._base: 1.0}}
+        # connections no other rule matches (unknown prefixes) get the baseline
+        rules: list[dict] = [] if self._base == self.space.default_index else \
+            [{"prefix": "0.0.0.0/0", "group": "baseline"}, {"prefix": "::/0", "group": "baseline"}]
         if archive is None:
             return groups, rules
         hour = int((self._now % 86400.0) // (86400.0 / HOUR_BINS))
@@ -436,11 +594,11 @@ class TailorPolicy(Policy):
                     group = self._group(cell)
                     gid = f"{group}|{site}|{device}|{loss}|{hour}"
                     if gid not in groups:
-                        mean, sd, _ = self._effects(cell, group)
+                        mean, sd, _, _ = self._effects(cell, group)
                         ucb = mean + self.beta * sd
-                        ucb[self.space.default_index] = 0.0
+                        ucb[self._base] = 0.0
                         groups[gid] = {int(np.argmin(ucb)): 1.0}
-                    if next(iter(groups[gid])) != self.space.default_index:
+                    if next(iter(groups[gid])) != self._base:
                         rules.append({"prefix": prefix, "sni": site, "device": device, "group": gid})
         return groups, rules
 

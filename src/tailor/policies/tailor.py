@@ -192,7 +192,7 @@ class TailorPolicy(Policy):
         # depends only on its cell and configuration, so the refit costs per distinct pair, not per page load
         self._rows: dict[tuple, list[float]] = {}
         self._mu = np.zeros(dim)
-        self._set_cov(np.diag(1.0 / prior))
+        self._set_cov(np.diag(1.0 / self._prior_prec))
         self._sigma2 = 0.1
         self._q = math.exp(2.33 * math.sqrt(self._sigma2))
         self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log baseline level)

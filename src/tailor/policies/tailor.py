@@ -74,6 +74,8 @@ Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenari
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from threadpoolctl import threadpool_limits
@@ -86,6 +88,8 @@ GOODPUT_EDGES = np.log([0.3, 1.0, 3.0, 10.0, 30.0, 100.0])  # Mbit/s
 LOSS_EDGES = np.array([0.001, 0.005, 0.02, 0.05])
 HOUR_BINS = 4
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
+SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - ln 300 KB) / 2, 0 if unknown
+MAX_CLIENTS = 200_000  # clients whose offsets are kept (least recently seen forgotten first)
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 
 _FLOAT = lambda lo, hi: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi)
@@ -149,7 +153,8 @@ class TailorPolicy(Policy):
     def _init_state(self) -> None:
         space = self.space
         self._sites = {s: i for i, s in enumerate(sorted(self.env.websites))}
-        self._n_psi = 1 + (len(self._sites) + 1) + (len(DEVICES) + 1) + (len(RTT_EDGES) + 1) + (len(GOODPUT_EDGES) + 2) \
+        self._size: dict[str, float] = {}  # website -> standardised log size, from the telemetry's byte counts
+        self._n_psi = 1 + (len(self._sites) + 1) + 1 + (len(DEVICES) + 1) + (len(RTT_EDGES) + 1) + (len(GOODPUT_EDGES) + 2) \
             + (len(LOSS_EDGES) + 2) + HOUR_BINS
         if self.baseline == "default":
             self._base = space.default_index
@@ -205,6 +210,9 @@ class TailorPolicy(Policy):
         self._played: dict[str, dict[tuple, float]] = {}  # group -> (cell, config) -> sum of observed times
         self._cusum: dict[str, list[float]] = {}
         self._stats: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # cell w/o hour -> (n, sum log y) per config
+        self._clients: OrderedDict[str, list] = OrderedDict()  # client address -> [page loads, sum of residuals]
+        self._cov_c = [0.0, 0.0]  # sum of residual x the client's earlier mean residual, count
+        self._client_var = 0.0  # tau_c^2, re-estimated at plan (0 until then: no offset)
         self._gss: dict[str, tuple[float, int]] = {}  # group -> within-(cell, config) sum of squares, its dof
         self._kappa = 1.0  # calibration: sd multiplier so that prediction errors of probes have unit z^2
         # non-baseline page loads (discounted): sum and sum of squares of (squared error - predicted variance),
@@ -231,7 +239,7 @@ class TailorPolicy(Policy):
 
     def _blocks(self) -> dict[str, tuple[int, int]]:
         """The one-hot blocks of psi: name -> [start, end)."""
-        sizes = {"intercept": 1, "website": len(self._sites) + 1, "device": len(DEVICES) + 1, "rtt": len(RTT_EDGES) + 1,
+        sizes = {"intercept": 1, "website": len(self._sites) + 1, "size": 1, "device": len(DEVICES) + 1, "rtt": len(RTT_EDGES) + 1,
                  "goodput": len(GOODPUT_EDGES) + 2, "loss": len(LOSS_EDGES) + 2, "hour": HOUR_BINS}
         out, start = {}, 0
         for name, size in sizes.items():
@@ -246,6 +254,8 @@ class TailorPolicy(Policy):
         o = 1
         v[o + self._sites.get(site, len(self._sites))] = 1.0
         o += len(self._sites) + 1
+        v[o] = self._size.get(site, 0.0)
+        o += 1
         v[o + (DEVICES.index(device) if device in DEVICES else len(DEVICES))] = 1.0
         o += len(DEVICES) + 1
         v[o + rtt] = 1.0
@@ -330,7 +340,7 @@ class TailorPolicy(Policy):
         cell = self._cell(ctx)
         group = self._group(cell)
         gid = f"{group}|{cell[0]}|{cell[1]}|{cell[4]}|{cell[5]}"
-        mean, sd, level, _ = self._effects(cell, group)
+        mean, sd, level, level_var = self._effects(cell, group)
         default = self._base
         ucb, lcb = mean + self.beta * sd, mean - self.beta * sd
         ucb[default] = lcb[default] = 0.0
@@ -345,29 +355,61 @@ class TailorPolicy(Policy):
             rank = rank + 1e-6 * self._rng.random(len(rank))  # ties (e.g. every one-knob change under the prior) at random
             opt = int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
             if self._probes.get((cell, opt), 0) < self.probes:
-                if self._afford(ctx, group, level, mean[opt] + self.budget_z * sd[opt]):
+                if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
             best = int(np.argmin(mean))
-            if best != safe and mean[best] < ucb[safe] - self.min_gain and self._afford(ctx, group, level, mean[best] + self.budget_z * sd[best]):
+            if best != safe and mean[best] < ucb[safe] - self.min_gain and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
                 return Decision(best, 1.0, gid, "exploit")
         return Decision(safe, 1.0, gid, "default" if safe == default else "exploit")
 
-    def _afford(self, ctx: Context, group: str, level: float, ucb: float) -> bool:
+    def _afford(self, ctx: Context, group: str, level: float, level_var: float, ucb: float) -> bool:
         """Whether the group's slack pays the pessimistic cost of a configuration with this UCB here; if so,
-        the cost is reserved until the outcome arrives. The baseline's time here, pessimistically: the larger
-        of the model's level and the group's observed mean, times the model's 99th-percentile noise factor;
-        nothing is afforded before the group has 10 page loads."""
+        the cost is reserved until the outcome arrives. The baseline's time here, pessimistically: the 99th
+        percentile of the cell's baseline time (its level's posterior and the group's noise); before the level
+        model is fitted, the larger of the group's observed mean and the prior level, times the 99th-percentile
+        noise factor. Nothing is afforded before the group has 10 page loads."""
         n_g, sum_g = self._times.get(group, (0, 0.0))
-        typical = max(math.exp(level), sum_g / max(n_g, 1))
-        cost = max(math.exp(2.33 * math.sqrt(self._noise(group))) * typical * (math.exp(ucb) - 1.0 - self.alpha), 0.0)
+        s2 = self._noise(group)
+        if self._n:
+            high = math.exp(level + 2.33 * math.sqrt(s2 + level_var))
+        else:
+            high = math.exp(2.33 * math.sqrt(s2)) * max(math.exp(level), sum_g / max(n_g, 1))
+        cost = max(high * (math.exp(ucb) - 1.0 - self.alpha), 0.0)
         if n_g < 10 or self._slack.get(group, 0.0) < cost:
             return False
         self._slack[group] = self._slack.get(group, 0.0) - cost
         self._reserved[_key(ctx)] = (group, cost)
         return True
+
+    def _offset(self, ctx: Context) -> float:
+        """The client's persistent log-time offset (its path, its device beyond the cell's bins): the shrunk mean
+        of its earlier page loads' residuals, ``sum r / (n + noise / tau_c^2)``. It is fixed before the page load's
+        configuration acts (pre-treatment), common to every configuration, so it cancels in decisions; taking
+        it out of the observations removes the clients' spread inside a cell from the noise of effects."""
+        hit = self._clients.get(ctx.client.client_id)
+        if hit is None or self._client_var <= 0.0:
+            return 0.0
+        return hit[1] / (hit[0] + self._sigma2 / self._client_var)
+
+    def _client_update(self, ctx: Context, resid: float) -> None:
+        """Record the client's residual; the client variance tau_c^2 from the product of a residual and the client's
+        earlier mean residual (their covariance is tau_c^2 when noise draws are independent)."""
+        ip = ctx.client.client_id
+        hit = self._clients.get(ip)
+        if hit is not None:
+            self._cov_c[0] += resid * hit[1] / hit[0]
+            self._cov_c[1] += 1.0
+            self._clients.move_to_end(ip)
+        else:
+            hit = [0, 0.0]
+            self._clients[ip] = hit
+            if len(self._clients) > MAX_CLIENTS:
+                self._clients.popitem(last=False)
+        hit[0] += 1
+        hit[1] += resid
 
     def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
         cell = self._cell(ctx)
@@ -383,13 +425,19 @@ class TailorPolicy(Policy):
         played[(cell, c)] = played.get((cell, c), 0.0) + y
         n_g, sum_g = self._times.get(group, (0, 0.0))
         self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
-        logy = math.log(y)
+        raw = math.log(y)
+        offset = self._offset(ctx)
+        logy = raw - offset  # the client's persistent part, estimated from its earlier page loads, taken out
+        n_cell = self._stats.get(cell[:5], (np.zeros(1), None))[0].sum()
+        if self._n and n_cell >= 10:  # a residual means something once the model is fitted and the cell's level known
+            self._client_update(ctx, raw - level - float(mean[c]))
+        if cell[0] not in self._size and outcome.bytes > 0:  # the website's size, fixed at its first page load
+            self._size[cell[0]] = (math.log(outcome.bytes) - SIZE_CENTER) / SIZE_SCALE
         agg = self._rows.setdefault((cell, c), [0, 0.0])
         agg[0] += 1
         agg[1] += logy
         self._yy += logy * logy
         # the change test: standardised error of the prediction made before this page load was known
-        n_cell = self._stats.get(cell[:5], (np.zeros(1), None))[0].sum()
         # the change test starts once the model is fitted and the cell's level is its own data's
         s2 = self._noise(group)
         z = (logy - level - float(mean[c])) / math.sqrt(s2 + level_var + float(sd[c]) ** 2) \
@@ -473,6 +521,8 @@ class TailorPolicy(Policy):
             excess = self._z2[0] - 2.0 * math.sqrt(self._z2[1])
             self._kappa = float(np.clip(math.sqrt(1.0 + max(excess, 0.0) / max(self._z2[2], 1e-12)), 1.0, 5.0))
             self._z2 = [0.8 * v for v in self._z2]
+        if self._cov_c[1] >= 50:
+            self._client_var = float(np.clip(self._cov_c[0] / self._cov_c[1], 0.0, 4.0))
         self._reprice()
 
     def _reprice(self) -> None:

@@ -207,7 +207,7 @@ class TailorPolicy(Policy):
         self._slack: dict[str, float] = {}
         self._times: dict[str, tuple[int, float]] = {}  # group -> (page loads, sum of baseline-time estimates)
         self._reserved: dict[tuple, tuple[str, float]] = {}  # pending page load -> (group, reserved cost)
-        self._played: dict[str, dict[tuple, float]] = {}  # group -> (cell, config) -> sum of observed times
+        self._played: dict[str, dict[tuple, dict[int, float]]] = {}  # group -> cell -> config -> sum of times
         self._cusum: dict[str, list[float]] = {}
         self._stats: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # cell w/o hour -> (n, sum log y) per config
         self._clients: OrderedDict[str, list] = OrderedDict()  # client address -> [page loads, sum of residuals]
@@ -275,6 +275,9 @@ class TailorPolicy(Policy):
         n_psi, n_int, n_e = self._n_psi, self._n_int, self._n_e
         block = cov[n_psi:, n_psi:].reshape(n_int, n_e, n_int, n_e)
         self._cov_blocks = np.ascontiguousarray(block.transpose(0, 2, 1, 3))
+        # per pair of psi entries and configuration: d_c^T C_ab d_c, so a cell's effect variances are a small sum
+        t = self._cov_blocks @ self._d.T  # (a, b, i, c)
+        self._Q = np.einsum("ci,abic->abc", self._d, t, optimize=True)
 
     # -- predictions per cell (cached until the next plan)
     def _predict(self, cell: tuple) -> tuple:
@@ -286,9 +289,9 @@ class TailorPolicy(Policy):
         w_int = self._mu[n_psi:].reshape(self._n_int, n_e)
         pint = psi[self._int]
         mean = self._d @ (pint @ w_int)  # configs
-        on = np.flatnonzero(pint)  # psi is one-hot per block: the covariance of psi (x) I is a sum of blocks
-        m = self._cov_blocks[np.ix_(on, on)].sum(axis=(0, 1))  # n_e x n_e
-        var = np.einsum("ci,ij,cj->c", self._d, m, self._d)
+        on = np.flatnonzero(pint)  # psi is sparse (one-hot blocks and the size): var = sum_ab p_a p_b d^T C_ab d
+        p = pint[on]
+        var = np.einsum("a,b,abc->c", p, p, self._Q[np.ix_(on, on)])
         level = float(psi @ self._mu[:n_psi] + (pint @ w_int) @ self._e[self._base])
         out = (psi, mean, np.sqrt(np.maximum(var, 0.0)), level)
         self._cells[cell] = out
@@ -421,8 +424,8 @@ class TailorPolicy(Policy):
         # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
         self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
             + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
-        played = self._played.setdefault(group, {})
-        played[(cell, c)] = played.get((cell, c), 0.0) + y
+        played = self._played.setdefault(group, {}).setdefault(cell, {})
+        played[c] = played.get(c, 0.0) + y
         n_g, sum_g = self._times.get(group, (0, 0.0))
         self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         raw = math.log(y)
@@ -533,15 +536,13 @@ class TailorPolicy(Policy):
         for group, cost in self._reserved.values():
             pending[group] = pending.get(group, 0.0) + cost
         default = self._base
-        for group, played in self._played.items():
+        for group, cells in self._played.items():
             total = 0.0
-            for (cell, c), y in played.items():
-                if c == default:
-                    total += self.alpha * y
-                    continue
+            for cell, played in cells.items():
                 mean, sd, _, _ = self._effects(cell, group)
-                ucb = max(float(mean[c] + self.budget_z * sd[c]), 0.0)
-                total += y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
+                for c, y in played.items():
+                    ucb = 0.0 if c == default else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
+                    total += y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
             self._slack[group] = total - pending.get(group, 0.0)
 
     def _refit(self) -> None:

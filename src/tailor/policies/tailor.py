@@ -8,7 +8,8 @@ per-group departures from it.
 **Model (sharing across groups and websites).** One Bayesian linear model of the log page-load time
 ``log y = phi(x, c)^T w + noise`` over what the server knows at the handshake, ``x`` -- the website, the
 device, the handshake RTT, the /24's archived goodput and loss (or "unknown prefix"), the hour of day,
-each binned one-hot (``psi(x)``, seven blocks) -- and over the configuration ``c`` in treatment coding
+each binned one-hot, and the website's size (``(ln bytes - ln 300 KB) / 2`` from the telemetry's byte count
+of its first page load, 0 before), together ``psi(x)`` in eight blocks -- and over the configuration ``c`` in treatment coding
 ``e(c)`` (:func:`knob_design`: an indicator per knob value other than the baseline's and the product of
 every two, so the baseline is the zero row). ``phi(x, c) = [psi(x), psi(x) (x) e(c)]``; a configuration's
 effect in a context, ``delta(x, c) = log y(x, c) - log y(x, baseline) = (psi(x) (x) e(c))^T w``, is
@@ -27,6 +28,10 @@ it is known there.
   global effects more tightly.
 * Noise: the within-cell residual variance (empirical Bayes), and per client group its own pooled
   within-(cell, configuration) variance shrunk to it by 20 pseudo-observations.
+* Client offsets: a client's persistent deviation from its cell (its path beyond the bins) is estimated
+  from its earlier page loads' residuals (shrunk, the client variance by the covariance of successive
+  residuals) and taken out of each new observation; it is fixed before the configuration acts and common
+  to every configuration, so it only removes noise.
 
 On top, each *context cell* is a random effect around the shared model: its own page loads update the
 shared prediction (normal-normal; prior variance = the model's parameter variance + ``tau^2``, the
@@ -48,14 +53,15 @@ more than ``exp(budget_z * prior_sd)`` = 2.5x slower). Per connection:
 * ``safe = argmin UCB`` (the baseline has UCB 0): free, it cannot cost more than the baseline;
 * a *probe* (at most ``explore_share`` of the group's page loads, ``probes`` per cell and
   configuration between plans): among configurations whose LCB is below the safe one's UCB by
-  ``min_gain``, the one with the lowest UCB (``probe='cheap'``, growing the known-safe set) or LCB
-  (``'optimistic'``);
+  ``min_gain``, the one with the lowest LCB one knob away from the safe choice (``probe='local'``: a
+  trust region, like SafeOpt's expansion; anywhere when none is), the lowest LCB anywhere
+  (``'optimistic'``) or the lowest UCB (``'cheap'``, growing the known-safe set);
 * otherwise, with ``exploit='greedy'``, the configuration with the lowest mean when it beats ``safe`` by
   ``min_gain``;
 * a non-safe choice is played only when the slack pays its pessimistic cost
-  ``q * m * (exp(UCB) - 1 - alpha)`` (``m``: the larger of the model's and the group's observed
-  baseline time, ``q`` the group's 99th-percentile noise factor; none before 10 page loads of the group). The
-  cost is reserved at once; the outcome replaces it by the realised term.
+  ``B99 * (exp(UCB) - 1 - alpha)``, ``B99`` the 99th percentile of the baseline's time in the cell (its
+  level's posterior and the group's noise; none before 10 page loads of the group). The cost is reserved
+  at once; the outcome replaces it by the realised term.
 
 **Change detection.** Per client group, a two-sided CUSUM (Page 1954) of standardised prediction errors
 (drift ``cusum_drift``, threshold ``cusum_h``), once the model is fitted and the cell has 10 page loads.
@@ -67,8 +73,8 @@ group's bounds (x2, decaying over ``reopen`` page loads): exploration re-opens f
 website.
 
 Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenarios, never on seeds 0-4:
-``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1}, ``exploit`` in {safe, greedy}, ``probe`` in
-{cheap, optimistic}, ``prior_sd`` in {0.15, 0.2, 0.3}.
+``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1, 0.2}, ``exploit`` in {safe, greedy}, ``probe`` in
+{cheap, optimistic, local}, ``prior_sd`` in {0.15, 0.2, 0.3}.
 """
 
 from __future__ import annotations
@@ -139,7 +145,8 @@ class TailorPolicy(Policy):
         "prior_sd": (0.3, _FLOAT(1e-3, 10.0), "in [0.001, 10] (prior sd of a knob-context coefficient, log scale)"),
         "min_gain": (0.02, _FLOAT(0.0, 1.0), "in [0, 1] (a probe must be able to beat the safe choice by this, log scale)"),
         "explore_share": (0.1, _FLOAT(0.0, 1.0), "in [0, 1] (at most this share of a group's page loads probes)"),
-        "probe": ("cheap", lambda v: v in ("cheap", "optimistic"), "'cheap' (lowest UCB among plausible) or 'optimistic' (lowest LCB)"),
+        "probe": ("local", lambda v: v in ("cheap", "optimistic", "local"),
+                  "'cheap' (lowest UCB among plausible), 'optimistic' (lowest LCB) or 'local' (lowest LCB one knob away from the safe choice, else anywhere)"),
         "exploit": ("greedy", lambda v: v in ("safe", "greedy"), "'safe' (lowest UCB) or 'greedy' (lowest mean, paid by the budget)"),
         "budget_z": (3.0, _FLOAT(0.0, 10.0), "in [0, 10] (sd multiplier of the pessimistic bound the budget uses)"),
         "interact": ("all", lambda v: v in ("all", "network"), "'all' or 'network' (context blocks that modulate knob effects)"),
@@ -164,6 +171,9 @@ class TailorPolicy(Policy):
             self._base = cdn_static_index(space)
         self._e = knob_design(space, self._base)  # configs x n_e, zero for the baseline
         self._d = self._e  # effect directions relative to the baseline
+        knobs = list(space.grid)
+        values = np.array([[str(cf[k]) for k in knobs] for cf in space.configs])
+        self._near = (values[:, None, :] != values[None, :, :]).sum(axis=2) == 1  # configurations one knob apart
         self._n_e = self._e.shape[1]
         # which psi blocks modulate the knobs' effects: all, or the network (RTT, goodput, loss bins) only
         blocks = self._blocks()
@@ -354,8 +364,10 @@ class TailorPolicy(Policy):
         plausible = lcb < ucb[safe] - self.min_gain
         plausible[safe] = False
         if plausible.any() and seen[1] < self.explore_share * seen[0]:
-            rank = lcb if self.probe == "optimistic" else ucb  # "cheap": the least pessimistic cost first
+            rank = ucb if self.probe == "cheap" else lcb  # "cheap": the least pessimistic cost first
             rank = rank + 1e-6 * self._rng.random(len(rank))  # ties (e.g. every one-knob change under the prior) at random
+            if self.probe == "local" and (plausible & self._near[safe]).any():
+                plausible = plausible & self._near[safe]  # a trust region: one knob changed from the safe choice
             opt = int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):

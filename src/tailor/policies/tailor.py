@@ -143,10 +143,11 @@ class TailorPolicy(Policy):
         "alpha": (0.01, _FLOAT(0.0, 1.0), "in [0, 1] (budget: at most (1 + alpha) x the baseline's time per group)"),
         "beta": (1.0, _FLOAT(0.0, 10.0), "in [0, 10] (width of the confidence bounds, in posterior sd)"),
         "prior_sd": (0.3, _FLOAT(1e-3, 10.0), "in [0.001, 10] (prior sd of a knob-context coefficient, log scale)"),
+        "explore_beta": (1.0, _FLOAT(0.0, 10.0), "in [0, 10] (a probe's LCB width, in posterior sd: how optimistic exploration is)"),
         "min_gain": (0.02, _FLOAT(0.0, 1.0), "in [0, 1] (a probe must be able to beat the safe choice by this, log scale)"),
         "explore_share": (0.1, _FLOAT(0.0, 1.0), "in [0, 1] (at most this share of a group's page loads probes)"),
-        "probe": ("local", lambda v: v in ("cheap", "optimistic", "local"),
-                  "'cheap' (lowest UCB among plausible), 'optimistic' (lowest LCB) or 'local' (lowest LCB one knob away from the safe choice, else anywhere)"),
+        "probe": ("local", lambda v: v in ("cheap", "optimistic", "local", "mixed"),
+                  "'cheap' (lowest UCB among plausible), 'optimistic' (lowest LCB) or 'local' (lowest LCB one knob away from the safe choice, else anywhere) or 'mixed' (local and optimistic in turn)"),
         "exploit": ("greedy", lambda v: v in ("safe", "greedy"), "'safe' (lowest UCB) or 'greedy' (lowest mean, paid by the budget)"),
         "budget_z": (3.0, _FLOAT(0.0, 10.0), "in [0, 10] (sd multiplier of the pessimistic bound the budget uses)"),
         "interact": ("all", lambda v: v in ("all", "network"), "'all' or 'network' (context blocks that modulate knob effects)"),
@@ -361,12 +362,14 @@ class TailorPolicy(Policy):
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
         # a probe: the most promising configuration that may beat the safe one by min_gain
-        plausible = lcb < ucb[safe] - self.min_gain
+        optimistic = mean - self.explore_beta * sd
+        plausible = optimistic < ucb[safe] - self.min_gain
         plausible[safe] = False
         if plausible.any() and seen[1] < self.explore_share * seen[0]:
-            rank = ucb if self.probe == "cheap" else lcb  # "cheap": the least pessimistic cost first
+            rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
             rank = rank + 1e-6 * self._rng.random(len(rank))  # ties (e.g. every one-knob change under the prior) at random
-            if self.probe == "local" and (plausible & self._near[safe]).any():
+            local = self.probe == "local" or (self.probe == "mixed" and seen[1] % 2 == 0)
+            if local and (plausible & self._near[safe]).any():
                 plausible = plausible & self._near[safe]  # a trust region: one knob changed from the safe choice
             opt = int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
             if self._probes.get((cell, opt), 0) < self.probes:

@@ -20,8 +20,10 @@ metadata; ``--json FILE`` also writes the figures as one JSON object.
    ``compile_table`` (the table for the archived prefixes). The target (issue): model update for 1M records
    and 1K groups <= 10 s.
 
-   The refit materialises its design matrix for every row since the last plan; a throwaway calibration
-   policy (``--calibrate`` rows) measures that transient memory per row (tracemalloc). If one plan over all
+   The refit materialises one design row per distinct (context cell, configuration) pair since the last plan
+   (with uniformly logged configurations, nearly one per record) and one rank-one level correction per touched
+   cell; a throwaway calibration policy (``--calibrate`` rows) measures that transient memory per record
+   (tracemalloc). If one plan over all
    records would exceed ``--mem-budget-gb`` (default: half of MemAvailable), the records are fed in chunks
    with a plan after each, as UpdateFreq would do: the table says how many plans the refit took. If feeding
    all records through ``observe`` would take longer than ``--max-feed-s`` (projected from the calibration),

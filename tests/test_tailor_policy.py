@@ -137,3 +137,24 @@ def test_every_decision_logs_its_probability():
         d = pol.select(ctx)
         assert 0.0 < d.probability <= 1.0 and math.isfinite(d.probability)
         assert d.arm in ("default", "exploit", "explore")
+
+
+def test_structured_gram_equals_the_dense_design():
+    """The refit's Kronecker accumulation of the Gram matrix is exactly Phi^T W Phi of the materialised design."""
+    from tailor.policies.tailor import gram
+
+    rng = np.random.default_rng(0)
+    rows, n_psi, n_e, configs = 300, 12, 5, 9
+    psi = (rng.random((rows, n_psi)) < 0.3).astype(float)
+    psi[:, 3] = rng.normal(size=rows)  # a continuous feature, like the website's size
+    keep = np.array([0, 2, 3, 7, 11])
+    pint = psi[:, keep]
+    e = (rng.random((configs, n_e)) < 0.4).astype(float)
+    e[4] = 0.0  # the reference configuration
+    cfg = rng.integers(configs, size=rows)
+    count = rng.integers(1, 5, size=rows).astype(float)
+    total = rng.normal(size=rows) * count
+    phi = np.concatenate([psi, (pint[:, :, None] * e[cfg][:, None, :]).reshape(rows, -1)], axis=1)
+    g, h = gram(psi, pint, e, cfg, count, total)
+    np.testing.assert_allclose(g, phi.T @ (phi * count[:, None]), atol=1e-9)
+    np.testing.assert_allclose(h, phi.T @ total, atol=1e-9)

@@ -125,6 +125,31 @@ def knob_design(space, reference: int | None = None) -> np.ndarray:
     return np.column_stack(cols) if cols else np.zeros((len(space.configs), 1))
 
 
+def gram(psi: np.ndarray, pint: np.ndarray, e: np.ndarray, cfg: np.ndarray, count: np.ndarray,
+         total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``Phi^T diag(count) Phi`` and ``Phi^T total`` for rows ``phi = [psi, pint (x) e[cfg]]`` without building Phi:
+    the knob block is a sum over configurations of Kronecker products, ``(P^T W P) (x) e_c e_c^T``, so the cost
+    grows with rows x psi entries^2 and configurations x (knob terms)^2, not rows x (knob terms)^2."""
+    n_psi, n_int, n_e = psi.shape[1], pint.shape[1], e.shape[1]
+    dim = n_psi + n_int * n_e
+    g = np.zeros((dim, dim))
+    h = np.zeros(dim)
+    g[:n_psi, :n_psi] = psi.T @ (psi * count[:, None])
+    h[:n_psi] = psi.T @ total
+    for c in np.unique(cfg):
+        ec = e[c]
+        if not ec.any():  # the reference configuration: no knob terms
+            continue
+        sel = cfg == c
+        pw = pint[sel] * count[sel][:, None]
+        cross = np.kron(psi[sel].T @ pw, ec[None, :])  # n_psi x (n_int n_e)
+        g[:n_psi, n_psi:] += cross
+        g[n_psi:, :n_psi] += cross.T
+        g[n_psi:, n_psi:] += np.kron(pint[sel].T @ pw, np.outer(ec, ec))
+        h[n_psi:] += np.kron(pint[sel].T @ total[sel], ec)
+    return g, h
+
+
 def _key(ctx: Context) -> tuple:
     return (ctx.session, ctx.load_index, ctx.time_s)
 
@@ -496,9 +521,10 @@ class TailorPolicy(Policy):
             count = np.array([self._rows[k][0] for k in keys], dtype=float)
             total = np.array([self._rows[k][1] for k in keys])
             pint = psi[:, self._int]
-            phi = np.concatenate([psi, (pint[:, :, None] * e[:, None, :]).reshape(len(psi), -1)], axis=1)
-            self._G += phi.T @ (phi * count[:, None])
-            self._h += phi.T @ total
+            cfg = np.array([c for _, c in keys])
+            g_inc, h_inc = gram(psi, pint, self._e, cfg, count, total)
+            self._G += g_inc
+            self._h += h_inc
             self._n += int(count.sum())
             self._rows.clear()
             # replace the touched cells' rank-one level corrections
@@ -508,7 +534,8 @@ class TailorPolicy(Policy):
             old_s, old_w, new_s, new_w = [], [], [], []
             for lc, rows in touched.items():
                 prev = self._level.get(lc)
-                s_vec = phi[rows].T @ count[rows]
+                w = count[rows]
+                s_vec = np.concatenate([psi[rows].T @ w, ((pint[rows] * w[:, None]).T @ e[rows]).ravel()])
                 n_c, t_c = float(count[rows].sum()), float(total[rows].sum())
                 if prev is not None:
                     old_s.append(prev[0])

@@ -224,3 +224,25 @@ def test_policy_honours_allowed_config():
     decisions = drive(policy, synthetic_plt(space), len(space) + 5)
     assert all(space.configs[d.config]["tcp.congestion_control"] != "bbr" for d in decisions)
     assert decisions[-1].arm == "exploit" and policy.violations == 0
+
+
+def test_expected_improvement_stays_finite_for_wide_posteriors():
+    """exp(m + s^2/2) overflows where Phi(z - s) underflows: the product must not become NaN."""
+    from tailor.learn.acquisition import lognormal_expected_improvement
+
+    ei = lognormal_expected_improvement(np.array([7.0, 7.0, 7.0]), np.array([40.0, 1.0, 0.0]), 900.0)
+    assert np.all(np.isfinite(ei)) and np.all(ei >= 0.0)
+    from scipy import integrate, stats
+
+    for k, (m, sd) in enumerate([(7.0, 40.0), (7.0, 1.0)]):  # E[max(b - e^Y, 0)] by quadrature
+        ref = integrate.quad(lambda y: (900.0 - np.exp(y)) * stats.norm.pdf(y, m, sd), m - 12 * sd, np.log(900.0))[0]
+        assert ei[k] == pytest.approx(ref, rel=1e-4)
+
+
+def test_maximize_never_picks_nan_and_survives_all_nan():
+    from tailor.learn.optimize import maximize
+
+    rng = np.random.default_rng(0)
+    assert maximize(np.array([np.nan, 0.2, 0.5, np.nan]), np.array([10, 11, 12, 13]), rng) == (12, 0.5)
+    cand, value = maximize(np.full(4, np.nan), np.array([10, 11, 12, 13]), rng)
+    assert cand in (10, 11, 12, 13) and value == 0.0

@@ -38,7 +38,10 @@ def lognormal_expected_improvement(log_mean: np.ndarray, log_std: np.ndarray, be
         return np.zeros_like(m)
     safe = np.where(s > 0, s, 1.0)
     z = (np.log(best) - m) / safe
-    ei = best * norm.cdf(z) - np.exp(m + 0.5 * safe**2) * norm.cdf(z - safe)
+    # the second term in log space: exp(m + s^2/2) overflows for wide posteriors while Phi(z - s) underflows
+    # to 0, and inf * 0 is NaN
+    with np.errstate(over="ignore", divide="ignore"):
+        ei = best * norm.cdf(z) - np.exp(m + 0.5 * safe**2 + norm.logcdf(z - safe))
     return np.maximum(np.where(s > 0, ei, np.maximum(best - np.exp(m), 0.0)), 0.0)
 
 

@@ -27,9 +27,15 @@ def candidate_indices(n: int, tried: Iterable[int], include_tried: bool = False)
 
 
 def maximize(values: np.ndarray, candidates: np.ndarray, rng: np.random.Generator) -> tuple[int, float]:
-    """(candidate, value) of the largest value; exact ties (e.g. EI all 0) broken by the seeded rng."""
-    top = float(np.max(values))
-    best = np.flatnonzero(values >= top - 1e-12 * max(abs(top), 1.0))
+    """(candidate, value) of the largest value; exact ties (e.g. EI all 0) broken by the seeded rng. A NaN value
+    (a surrogate that could not score a candidate) never wins; when no value is finite, every candidate ties
+    and the value is 0."""
+    v = np.asarray(values, dtype=float)
+    v = np.where(np.isnan(v), -np.inf, v)
+    top = float(np.max(v))
+    if top == -np.inf:
+        return int(candidates[int(rng.integers(len(v)))]), 0.0
+    best = np.flatnonzero(v == top) if top == np.inf else np.flatnonzero(v >= top - 1e-12 * max(abs(top), 1.0))
     pick = best[0] if len(best) == 1 else best[int(rng.integers(len(best)))]
     return int(candidates[pick]), top
 

@@ -171,8 +171,8 @@ class TailorPolicy(Policy):
         "explore_beta": (1.0, _FLOAT(0.0, 10.0), "in [0, 10] (a probe's LCB width, in posterior sd: how optimistic exploration is)"),
         "min_gain": (0.02, _FLOAT(0.0, 1.0), "in [0, 1] (a probe must be able to beat the safe choice by this, log scale)"),
         "explore_share": (0.1, _FLOAT(0.0, 1.0), "in [0, 1] (at most this share of a group's page loads probes)"),
-        "probe": ("local", lambda v: v in ("cheap", "optimistic", "local", "mixed"),
-                  "'cheap' (lowest UCB among plausible), 'optimistic' (lowest LCB) or 'local' (lowest LCB one knob away from the safe choice, else anywhere) or 'mixed' (local and optimistic in turn)"),
+        "probe": ("local", lambda v: v in ("cheap", "optimistic", "local"),
+                  "'cheap' (lowest UCB among plausible), 'optimistic' (lowest LCB) or 'local' (lowest LCB one knob away from the safe choice, else anywhere)"),
         "exploit": ("greedy", lambda v: v in ("safe", "greedy"), "'safe' (lowest UCB) or 'greedy' (lowest mean, paid by the budget)"),
         "budget_z": (3.0, _FLOAT(0.0, 10.0), "in [0, 10] (sd multiplier of the pessimistic bound the budget uses)"),
         "interact": ("all", lambda v: v in ("all", "network"), "'all' or 'network' (context blocks that modulate knob effects)"),
@@ -235,7 +235,6 @@ class TailorPolicy(Policy):
         self._mu = np.zeros(dim)
         self._set_cov(np.diag(1.0 / self._prior_prec))
         self._sigma2 = 0.1
-        self._q = math.exp(2.33 * math.sqrt(self._sigma2))
         self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log baseline level)
         self._probes: dict[tuple, int] = {}
         self._seen: dict[str, list[int]] = {}
@@ -302,9 +301,6 @@ class TailorPolicy(Policy):
         o += len(LOSS_EDGES) + 2
         v[o + hour] = 1.0
         return v
-
-    def _phi(self, psi: np.ndarray, config: int) -> np.ndarray:
-        return np.concatenate([psi, np.outer(psi, self._e[config]).ravel()])
 
     def _set_cov(self, cov: np.ndarray) -> None:
         """Keep the knob-term block of the posterior covariance as (psi, psi, e, e) blocks."""
@@ -381,8 +377,8 @@ class TailorPolicy(Policy):
         gid = f"{group}|{cell[0]}|{cell[1]}|{cell[4]}|{cell[5]}"
         mean, sd, level, level_var = self._effects(cell, group)
         default = self._base
-        ucb, lcb = mean + self.beta * sd, mean - self.beta * sd
-        ucb[default] = lcb[default] = 0.0
+        ucb = mean + self.beta * sd
+        ucb[default] = 0.0
         safe = int(np.argmin(ucb))
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
@@ -393,8 +389,7 @@ class TailorPolicy(Policy):
         if plausible.any() and seen[1] < self.explore_share * seen[0]:
             rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
             rank = rank + 1e-6 * self._rng.random(len(rank))  # ties (e.g. every one-knob change under the prior) at random
-            local = self.probe == "local" or (self.probe == "mixed" and seen[1] % 2 == 0)
-            if local and (plausible & self._near[safe]).any():
+            if self.probe == "local" and (plausible & self._near[safe]).any():
                 plausible = plausible & self._near[safe]  # a trust region: one knob changed from the safe choice
             opt = int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
             if self._probes.get((cell, opt), 0) < self.probes:
@@ -517,11 +512,11 @@ class TailorPolicy(Policy):
         if self._rows:
             keys = list(self._rows)
             psi = np.array([self._psi(cell) for cell, _ in keys])
-            e = self._e[[c for _, c in keys]]
+            cfg = np.array([c for _, c in keys])
+            e = self._e[cfg]
             count = np.array([self._rows[k][0] for k in keys], dtype=float)
             total = np.array([self._rows[k][1] for k in keys])
             pint = psi[:, self._int]
-            cfg = np.array([c for _, c in keys])
             g_inc, h_inc = gram(psi, pint, self._e, cfg, count, total)
             self._G += g_inc
             self._h += h_inc
@@ -597,7 +592,6 @@ class TailorPolicy(Policy):
             self._sigma2 = float(np.clip(rss / max(self._n - len(self._level), 1), 1e-4, 4.0))
         cov = cho_solve(factor, np.eye(len(prec)), check_finite=False)
         self._set_cov(cov)
-        self._q = math.exp(2.33 * math.sqrt(self._sigma2))
         # one EM step of the context blocks' variance components (type-II maximum likelihood): a block whose
         # knob deviations the data do not show shrinks, so its contexts share the global effects more tightly
         n_psi = self._n_psi

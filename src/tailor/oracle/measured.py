@@ -13,10 +13,12 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   and multiplies it back onto the model at the query point. The model carries the shape (time scales with
   1/bandwidth and RTT); the measurements fix the level. At a measured condition the weight is exact, so the
   oracle returns the measured median there.
-* A configuration whose knob values were not measured (IW 16/64, ``rto_min`` 50, ``syn_rto``, ``sndbuf``) is
+* A configuration whose knob values were not measured (IW 16/64, ``rto_min`` 50, ``syn_rto``, ``sndbuf``,
+  ``cwnd_clamp``) is
   anchored on the nearest measured configuration (same CC and HTTP version, nearest IW in log scale): it gets
   that anchor's measured ratio times the model's value for its own knobs. ``strict=True`` refuses such
-  configurations with an OracleError instead.
+  configurations with an OracleError instead. Knobs the model refuses (``tailor.oracle.model.REFUSED``:
+  ``tcp.rcvbuf_bytes``, ``http.alt_svc``) were neither measured nor modelled: a space setting them is refused.
 * Noise (``noise="measured"``, default): theta from the measured dispersion (coefficient of variation over
   repetitions, pooled by median over configurations per condition and size) through the Erlang(k) relation
   CV = sqrt(k) theta / (1 + k theta), interpolated between conditions with the same weights. Lossless emulated
@@ -39,13 +41,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tailor import paths
 from tailor.errors import OracleError
 from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
-from tailor.oracle.model import DEFAULT_GRID, ModelOracle
+from tailor.oracle.model import DEFAULT_GRID, ModelOracle, check_modelled
 from tailor.oracle.websites import OBJECT_SIZES, default_catalog
 from tailor.space import ConfigSpace
 
-_DATA = Path(__file__).resolve().parents[3] / "data" / "oracle"
+_DATA = paths.DATA_DIR / "oracle"
 DEFAULT_DATASET = _DATA / "tb-v2" if (_DATA / "tb-v2" / "measurements.parquet").exists() else _DATA / "tb-v1"
 PAGES_SUBDIR = "pages"
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
@@ -187,6 +190,7 @@ class MeasuredOracle(Oracle):
         Same CC and HTTP version, nearest IW (log) and rto_min; if this workload has no measurement with that CC,
         the nearest measured CC in the order cubic, bbr, reno (``strict`` refuses both kinds of anchoring)."""
         strict = self.strict if strict is None else strict
+        check_modelled(space, self.name)
         measured = self._measured_anchor.get(workload) if workload is not None else None
         a = self.anchors if measured is None else self.anchors[measured]
         idx = []

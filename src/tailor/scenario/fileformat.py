@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tailor import paths
 from tailor.errors import ScenarioError
 from tailor.scenario import syntax
 from tailor.scenario.generate import BUILTIN_SCENARIOS, generate
@@ -23,7 +24,7 @@ from tailor.scenario.model import ClientInfo, ConditionSeries, Scenario, Session
 from tailor.scenario.syntax import SCHEMA, Bad
 
 MAX_PROBLEMS = 20
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = paths.ROOT  # relative trace paths such as data/traces/x resolve here too
 
 
 def load_scenario(path_or_name, *, n_sessions: int | None = None, seed: int = 0, websites=None) -> Scenario:

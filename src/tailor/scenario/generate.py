@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
+from tailor import paths
 from tailor.errors import ScenarioError, check
 from tailor.scenario import facts
 from tailor.scenario.families import MIXED_WEIGHTS, Tier, family_tiers
@@ -34,7 +34,7 @@ BUILTIN_SCENARIOS = ("default", "mixed-global", "broadband-us", "cellular", "sat
                      "workshop-grid")
 # Placeholder workloads for when no oracle is at hand; callers normally pass the oracle's website names.
 DEFAULT_WEBSITES = ("page-light-1", "page-medium-1", "page-heavy-1", "object-10KB", "object-1MB")
-TRACE_DIR = Path(__file__).resolve().parents[3] / "data" / "traces"
+TRACE_DIR = paths.DATA_DIR / "traces"
 
 
 @dataclass(frozen=True)

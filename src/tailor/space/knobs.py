@@ -12,17 +12,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tailor import paths
 from tailor.errors import ParameterError
 
-def _find_spec() -> Path:
-    """spec/ of the repository this package lives in (src layout or not)."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "spec" / "knobs.json").is_file():
-            return parent / "spec"
-    raise FileNotFoundError("spec/knobs.json not found above " + str(Path(__file__).parent))
-
-
-SPEC_DIR = _find_spec()
+SPEC_DIR = paths.SPEC_DIR
 KNOBS_PATH = SPEC_DIR / "knobs.json"
 PER_CONNECTION = frozenset({"sockops", "setsockopt", "route", "edge", "edge-quic"})
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
+from tailor import paths
 from tailor.errors import check
 
 MTU_BYTES = 1500
-TRACES_DIR = str(Path(__file__).resolve().parents[3] / "data" / "traces")  # mahimahi / pantheon traces; data/traces/README.md gives every file's origin
+TRACES_DIR = str(paths.DATA_DIR / "traces")  # mahimahi / pantheon traces; data/traces/README.md gives every file's origin
 _OPTIONAL = ("up_loss", "queue", "down_trace", "up_trace")
 QUEUE_FLOOR_PACKETS = 16  # a tiny-BDP link still buffers a few packets (model: 8 segments; 16 ~ one IW 10 + ACK slack)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from tailor import paths
 from tailor.testbed.conditions import QUEUE_FLOOR_PACKETS
 from tailor.testbed.pages import prepare_pages
 from tailor.testbed.plan import Job, Plan
@@ -162,7 +163,7 @@ def retry_missing(todo: list, attempt_run, store: Store, on_row) -> None:
 
 
 def _provenance(plan: Plan, tl_bin: str, parallel: int) -> dict:
-    root = Path(__file__).resolve().parents[3]
+    root = paths.CHECKOUT or paths.ROOT
     return {"started_utc": _now(), "commit": _cmd(["git", "-C", str(root), "rev-parse", "HEAD"]),
             "dirty_tree": bool(_cmd(["git", "-C", str(root), "status", "--porcelain", "--", "src", "edge"])),
             "kernel": platform.release(), "machine": platform.machine(), "cpus": os.cpu_count(),

@@ -40,6 +40,7 @@ from typing import Callable
 
 import pandas as pd
 
+from tailor import paths
 from tailor.errors import ParameterError, check
 from tailor.space.config import Configuration
 from tailor.space.knobs import load_registry
@@ -348,7 +349,7 @@ def _seed(job: QuicJob, base: int) -> int:
 
 
 def provenance(plan: QuicPlan, bins: Binaries, parallel: int, _cmd, _now) -> dict:
-    root = Path(__file__).resolve().parents[3]
+    root = paths.CHECKOUT or paths.ROOT
 
     def sha(p: str) -> str:
         return hashlib.sha256(Path(p).read_bytes()).hexdigest()

@@ -8,11 +8,11 @@ HTTP/1.1, used by the initial-window check so the first flight is pure response 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
+from tailor import paths
 from tailor.errors import TailorError
 
 SERVER_IP = "10.231.0.1"  # tailor-link's default server address inside its own namespace
@@ -120,20 +120,5 @@ def tailor_fetch_binary() -> str:
 
 
 def go_binary(name: str, env_var: str) -> str:
-    """``$env_var`` if set, else out/bin/NAME, rebuilt when any edge/ Go source is newer than the binary."""
-    env = os.environ.get(env_var)
-    if env:
-        if not os.access(env, os.X_OK):
-            raise TestbedError(f"${env_var}={env} is not an executable file")
-        return env
-    root = Path(__file__).resolve().parents[3]
-    out = root / "out" / "bin" / name
-    sources = [p for p in (root / "edge").rglob("*.go") if "_test" not in p.name]
-    stale = not out.exists() or max((p.stat().st_mtime for p in sources), default=0) > out.stat().st_mtime
-    if stale:
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        res = subprocess.run([go, "build", "-o", str(out), f"./cmd/{name}"], cwd=root / "edge",
-                             capture_output=True, text=True, timeout=600)
-        if res.returncode != 0:
-            raise TestbedError(f"building {name} failed (set ${env_var} to a binary): {res.stderr[-400:]}")
-    return str(out)
+    """``$env_var`` if set, else out/bin/NAME of the checkout, rebuilt when any edge/ Go source is newer."""
+    return paths.go_binary(name, env_var, TestbedError)

@@ -88,11 +88,13 @@ def _evaluate(args, argv) -> int:
 
 
 def _knobs(args, argv) -> int:
+    from tailor.oracle.model import knob_status
     from tailor.space import load_registry
 
     for k in load_registry().knobs.values():
         domain = list(k.values) if k.values else (list(k.bounds) if k.bounds else "bool")
-        print(f"{k.name:40s} {k.layer:9s} default={k.default!s:8s} domain={domain} apply={','.join(k.apply)}")
+        print(f"{k.name:40s} {k.layer:9s} default={k.default!s:8s} domain={domain} apply={','.join(k.apply)} "
+              f"model={knob_status(k.name)}")
     return 0
 
 

@@ -48,6 +48,28 @@ DEFAULT_GRID = ConditionGrid(
 NOT_MODELLED = ("tcp.rto_max_ms (backoff never reaches 120 s here)", "tcp.delack_max_ms", "tcp.max_pacing_rate_bps",
                 "tcp.notsent_lowat_bytes", "tcp.nodelay", "tcp.slow_start_after_idle (gaps < RTO)",
                 "tcp.autocorking", "tcp.timestamps", "http2.* settings", "quic.*")
+MODELLED = ("tcp.congestion_control", "tcp.initial_cwnd", "http.version", "tcp.rto_min_ms", "tcp.syn_rto_ms",
+            "tcp.sndbuf_bytes", "tcp.cwnd_clamp")
+# Knobs the model has no mechanism for and that may matter: a space giving them any value but the default is
+# refused (OracleError) rather than answered as if they had no effect. MODEL.md section 5.
+REFUSED = {
+    "tcp.rcvbuf_bytes": "the server's receive buffer bounds client uploads; the model has no upload or request "
+                        "body, and a tiny buffer's effect on request arrival is not modelled",
+    "http.alt_svc": "the model has no HTTP/3: every page load goes over TCP whatever is advertised",
+}
+
+
+def knob_status(name: str) -> str:
+    """How the model oracle treats a knob: modelled, refused (non-default values), or no effect."""
+    return "modelled" if name in MODELLED else "refused" if name in REFUSED else "no-effect"
+
+
+def check_modelled(space: ConfigSpace, oracle: str) -> None:
+    """OracleError naming the first knob of ``space`` that ``oracle`` refuses (a non-default value)."""
+    for name, why in REFUSED.items():
+        if name in space.grid and any(v != space.registry[name].default for v in space.grid[name]):
+            raise OracleError(f"{oracle} does not model {name} ({why}); space {space.name!r} sets it to "
+                              f"{[v for v in space.grid[name]]}: use a space without it")
 
 
 class ModelOracle(Oracle):
@@ -86,9 +108,9 @@ class ModelOracle(Oracle):
             "grid": {"bw_mbps": g.bw_mbps, "rtt_ms": g.rtt_ms, "loss": g.loss, "buffer_bdp": g.buffer_bdp,
                      "n_cells": g.n_cells},
             "noise": f"observed = mode * (1 + X), X ~ Erlang(k={NOISE_SHAPE}, theta(cell, n_origins))",
-            "modelled_knobs": ["tcp.congestion_control", "tcp.initial_cwnd", "http.version", "tcp.rto_min_ms",
-                               "tcp.syn_rto_ms", "tcp.sndbuf_bytes"],
+            "modelled_knobs": list(MODELLED),
             "not_modelled": list(NOT_MODELLED),
+            "refused_knobs": dict(REFUSED),
             "websites": sorted(self.websites),
         }
 
@@ -100,7 +122,9 @@ class ModelOracle(Oracle):
 
 
 def _stack(space: ConfigSpace) -> tuple[tcp.Stack, np.ndarray]:
-    """Configuration columns; rejects values the model cannot interpret."""
+    """Configuration columns; rejects values and knobs the model cannot interpret."""
+    check_modelled(space, VERSION)
+
     def col(knob):
         return np.array([c[knob] for c in space.configs])
     cc = col("tcp.congestion_control")
@@ -110,8 +134,18 @@ def _stack(space: ConfigSpace) -> tuple[tcp.Stack, np.ndarray]:
     row = lambda a: np.asarray(a, dtype=float)[None, :]  # noqa: E731
     stack = tcp.Stack(bbr=(cc == "bbr")[None, :], reno=(cc == "reno")[None, :], iw=row(col("tcp.initial_cwnd")),
                       rto_min=row(col("tcp.rto_min_ms")), syn_rto=row(col("tcp.syn_rto_ms")),
-                      sndbuf=row(col("tcp.sndbuf_bytes")))
+                      sndbuf=row(_window_cap(col("tcp.sndbuf_bytes"), col("tcp.cwnd_clamp"))))
     return stack, col("http.version") == "2"
+
+
+def _window_cap(sndbuf: np.ndarray, clamp: np.ndarray) -> np.ndarray:
+    """Bytes in flight a configuration allows (0 = no cap): the send buffer, and the cwnd clamp in segments.
+
+    Both cap the rate at cap/rtt and the first flight at cap (MODEL.md "Send buffer", "Cwnd clamp"), so the
+    clamp enters the stack as an equivalent send buffer; 0 stays 0 when neither is set."""
+    sndbuf, clamp = sndbuf.astype(float), clamp.astype(float) * tcp.MSS
+    both = np.minimum(np.where(sndbuf > 0, sndbuf, np.inf), np.where(clamp > 0, clamp, np.inf))
+    return np.where(np.isfinite(both), both, 0.0)
 
 
 def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> np.ndarray:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tailor.errors import check
+from tailor.errors import ParameterError, check, param_error
 
 MiB = 1 << 20
 
@@ -66,3 +66,48 @@ class ManagerConfig:
         check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)
         check(self.ope_window_s > 0, own, "ope_window_s", "> 0", self.ope_window_s)
         check(self.ope_tolerance >= 0, own, "ope_tolerance", ">= 0", self.ope_tolerance)
+
+
+# -- `tailor manager --config FILE`: the flags as TOML keys
+def read_config_file(path: str) -> dict[str, Any]:
+    """The TOML file of ``--config``: one flat table whose keys are the flags' names without the dashes
+    (``update-freq = 10``). Credentials stay in the environment (TAILOR_OPERATOR_TOKEN, TAILOR_EDGE_TOKENS)."""
+    import tomllib
+
+    owner = "tailor manager"
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as err:
+        raise ParameterError(f"The 'config' parameter of {owner} must be a readable TOML file. "
+                             f"Got {path!r} ({err.strerror}).") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ParameterError(f"The 'config' parameter of {owner} must be valid TOML. Got {path!r} ({err}).") from None
+    for key, value in doc.items():
+        check(not isinstance(value, dict), f"{owner} --config {path}", key,
+              "a value, not a table (the file is flat: one key per flag)", "[table]")
+    return doc
+
+
+def config_value(path: str, key: str, value: Any, kind: str, choices=None, convert=None) -> Any:
+    """``value`` of ``key`` in the --config file checked against the flag's kind: ``flag`` (true/false),
+    ``int``, ``float`` (an integer is fine), ``str`` or ``list`` (of strings, for repeatable flags);
+    ``convert`` is the flag's own argparse type, applied to a string as the command line would."""
+    owner = f"tailor manager --config {path}"
+    rule = {"flag": "true or false", "int": "an integer", "float": "a number", "str": "a string",
+            "list": "a list of strings (a repeatable flag)"}[kind]
+    ok = {"flag": lambda v: isinstance(v, bool),
+          "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+          "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+          "str": lambda v: isinstance(v, str),
+          "list": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)}[kind]
+    check(ok(value), owner, key, rule, value)
+    if kind == "float":
+        value = float(value)
+    if convert is not None:
+        try:
+            value = [convert(x) for x in value] if kind == "list" else convert(value)
+        except (TypeError, ValueError) as err:
+            raise param_error(owner, key, f"accepted by --{key} ({err})", value) from None
+    check(choices is None or value in choices, owner, key, f"one of {sorted(choices or [])}", value)
+    return value

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 
-from tailor.errors import check
+from tailor.errors import check, param_error
 from tailor.manager import logs
-from tailor.manager.config import ManagerConfig
+from tailor.manager.config import ManagerConfig, config_value, read_config_file
 from tailor.policies.base import parse_policy_params  # noqa: F401 (the manager's --policy-param)
 
 
+# the dests of the flags the command line gave (argparse alone cannot tell a given flag from its default)
+GIVEN = "_manager_flags_given"
+
+
 def add_arguments(p) -> None:
+    _track_given(p)  # first: every flag added below notes that the command line gave it
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML file whose keys are these flags' names without the dashes (update-freq = 10); "
+                        "flags given on the command line win; credentials stay in the environment (deploy/manager.toml)")
     p.add_argument("--listen", default="127.0.0.1:8470", help="HOST:PORT (default 127.0.0.1:8470)")
-    p.add_argument("--data", required=True, help="data directory (DuckDB store and learned state)")
+    p.add_argument("--data", default=None, help="data directory (DuckDB store and learned state; required, "
+                                                "here or as `data` in --config)")
     p.add_argument("--policy", default="configanator", help="registered policy name (default configanator)")
     p.add_argument("--space", default="core", help="named configuration space (default core)")
     p.add_argument("--allowed", default="", help="AllowedConfig, e.g. NoBBR,NoHighICW,tcp.initial_cwnd<=32")
@@ -49,6 +59,63 @@ def add_arguments(p) -> None:
                         "table's (1%% tolerance); otherwise keep the current table (audit entry 'ope-gate')")
 
 
+def _track_given(p) -> None:
+    for name in (None, "store", "store_true", "append"):
+        base = p._registry_get("action", name)
+
+        class Given(base):
+            def __call__(self, parser, namespace, values, option_string=None):
+                setattr(namespace, GIVEN, getattr(namespace, GIVEN, frozenset()) | {self.dest})
+                super().__call__(parser, namespace, values, option_string)
+
+        p.register("action", name, Given)
+
+
+def with_config_file(args) -> argparse.Namespace:
+    """``args`` with the ``--config`` file's value for every flag the command line did not give.
+
+    Keys are the flags' long names without ``--``; an unknown key, a table, or a value of the wrong type is
+    one error naming the key and the reason. Idempotent: the result has ``config`` None."""
+    path = getattr(args, "config", None)
+    if not path:
+        return args
+    doc = read_config_file(path)
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    flags = {a.option_strings[-1][2:]: a for a in parser._actions if a.dest != "config"}
+    given = getattr(args, GIVEN, frozenset())
+    out = argparse.Namespace(**vars(args))
+    out.config = None
+    for key, value in doc.items():
+        action = flags.get(key)
+        if action is None:
+            raise _unknown_key(path, key, flags)
+        value = config_value(path, key, value, *_kind(action))
+        if action.dest not in given:
+            setattr(out, action.dest, value)
+    return out
+
+
+def _kind(action) -> tuple:
+    """(kind, choices, convert) of a flag for :func:`tailor.manager.config.config_value`."""
+    if action.nargs == 0:
+        return "flag", None, None
+    if isinstance(action, argparse._AppendAction):
+        return "list", action.choices, action.type
+    kind = {int: "int", float: "float"}.get(action.type, "str")
+    return kind, action.choices, None if kind != "str" else action.type
+
+
+def _unknown_key(path: str, key: str, flags: dict) -> Exception:
+    if "token" in key.lower():
+        rule = "absent: credentials come from the environment (TAILOR_OPERATOR_TOKEN, TAILOR_EDGE_TOKENS), not a file"
+    elif key.replace("_", "-") in flags:
+        rule = f"a flag's name without the dashes (did you mean {key.replace('_', '-')!r}?)"
+    else:
+        rule = f"a flag's name without the dashes, one of {', '.join(sorted(flags))}"
+    return param_error(f"tailor manager --config {path}", key, rule, key)
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     check(bool(host) and port.isdigit() and 0 < int(port) < 65536, "tailor manager", "listen", "HOST:PORT", text)
@@ -60,6 +127,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 def config_from_args(args, environ=os.environ) -> ManagerConfig:
     """Credentials come from the environment: TAILOR_OPERATOR_TOKEN (TAILOR_TOKEN is read when it is unset)
     and TAILOR_EDGE_TOKENS (comma-separated; several during a rotation)."""
+    args = with_config_file(args)
+    check(bool(args.data), "tailor manager", "data", "given (--data DIR, or data = \"DIR\" in --config)", args.data)
     operator = environ.get("TAILOR_OPERATOR_TOKEN") or environ.get("TAILOR_TOKEN") or None
     edges = tuple(t.strip() for t in environ.get("TAILOR_EDGE_TOKENS", "").split(",") if t.strip())
     check(operator is None or operator not in edges, "tailor manager", "TAILOR_EDGE_TOKENS",
@@ -93,6 +162,7 @@ def run(args) -> int:
 
     from tailor.manager.api import create_app
 
+    args = with_config_file(args)
     host, port = parse_listen(args.listen)
     cfg = config_from_args(args)
     check(not cfg.insecure_dev or _is_loopback(host), "tailor manager", "listen",

@@ -11,7 +11,6 @@ from tailor.manager import logs
 from tailor.manager.config import ManagerConfig, config_value, read_config_file
 from tailor.policies.base import parse_policy_params  # noqa: F401 (the manager's --policy-param)
 
-
 # the dests of the flags the command line gave (argparse alone cannot tell a given flag from its default)
 GIVEN = "_manager_flags_given"
 

@@ -32,6 +32,8 @@ var knobBits = map[string]uint32{
 	"tcp.nodelay":             uint32(bpf.SockopsKnobK_NODELAY),
 	"tcp.rto_max_ms":          uint32(bpf.SockopsKnobK_RTO_MAX),
 	"tcp.syn_rto_ms":          uint32(bpf.SockopsKnobK_SYN_RTO),
+	"tcp.rcvbuf_bytes":        uint32(bpf.SockopsKnobK_RCVBUF),
+	"tcp.cwnd_clamp":          uint32(bpf.SockopsKnobK_CWND_CLAMP),
 }
 
 // numKnobs is K_NUM: the knobs the program applies (TestKnobBitsMatchEnum
@@ -124,6 +126,10 @@ func setKnob(v *bpf.SockopsConfig, name string, val any, hz int) {
 		v.SynRtoJiffies = uint32((n*int64(hz) + 999) / 1000)
 	case "tcp.sndbuf_bytes":
 		v.Sndbuf = uint32(n)
+	case "tcp.rcvbuf_bytes":
+		v.Rcvbuf = uint32(n)
+	case "tcp.cwnd_clamp":
+		v.CwndClamp = uint32(n)
 	case "tcp.max_pacing_rate_bps":
 		v.Pacing = uint32(n)
 	case "tcp.notsent_lowat_bytes":

@@ -115,7 +115,8 @@ func TestKnobBitsMatchEnum(t *testing.T) {
 		"K_CC": int(bpf.SockopsKnobK_CC), "K_IW": int(bpf.SockopsKnobK_IW), "K_RTO_MIN": int(bpf.SockopsKnobK_RTO_MIN),
 		"K_DELACK_MAX": int(bpf.SockopsKnobK_DELACK_MAX), "K_SNDBUF": int(bpf.SockopsKnobK_SNDBUF), "K_PACING": int(bpf.SockopsKnobK_PACING),
 		"K_LOWAT": int(bpf.SockopsKnobK_LOWAT), "K_NODELAY": int(bpf.SockopsKnobK_NODELAY), "K_RTO_MAX": int(bpf.SockopsKnobK_RTO_MAX),
-		"K_SYN_RTO": int(bpf.SockopsKnobK_SYN_RTO), "K_NUM": numKnobs,
+		"K_SYN_RTO": int(bpf.SockopsKnobK_SYN_RTO), "K_RCVBUF": int(bpf.SockopsKnobK_RCVBUF), "K_CWND_CLAMP": int(bpf.SockopsKnobK_CWND_CLAMP),
+		"K_NUM":   numKnobs,
 		"C_TUNED": cTuned, "C_MISS": cMiss, "C_EVENTS": cEvents, "C_EVENTS_LOST": cEventsLost, "C_STORAGE_FAIL": cStorageFail,
 		"C_PENDING_HIT": cPendingHit, "C_HOLDBACK": cHoldback, "C_NUM": cNum,
 	}
@@ -193,5 +194,18 @@ func TestSockopsMeta(t *testing.T) {
 	}
 	if m := g.meta; m.Version != 1<<40+7 || m.Holdback != 1<<30 || m.Salted != 1 || m.K0 != c.K0 || m.K1 != c.K1 {
 		t.Fatalf("meta %+v", m)
+	}
+}
+
+func TestSockopsConfigBuffersAndClamp(t *testing.T) {
+	c := rules.CompiledConfig{ID: "c-0000000001", Knobs: map[string]any{"tcp.congestion_control": "cubic"},
+		Set: map[string]any{"tcp.rcvbuf_bytes": int64(65536), "tcp.cwnd_clamp": int64(6), "http.alt_svc": false}}
+	v, err := sockopsConfig(c, 250, []string{"cubic"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint32(1<<bpf.SockopsKnobK_CC | 1<<bpf.SockopsKnobK_RCVBUF | 1<<bpf.SockopsKnobK_CWND_CLAMP)
+	if v.Rcvbuf != 65536 || v.CwndClamp != 6 || v.SetMask != want {
+		t.Fatalf("config %+v, want rcvbuf 65536, clamp 6, mask %#x (http.alt_svc is not a sockops knob)", v, want)
 	}
 }

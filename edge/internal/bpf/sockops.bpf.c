@@ -19,6 +19,7 @@
 // Socket option numbers (not all in the installed uapi headers).
 #define SOL_SOCKET 1
 #define SO_SNDBUF 7
+#define SO_RCVBUF 8
 #define SO_MAX_PACING_RATE 47
 #define SOL_TCP 6
 #define TCP_NODELAY 1
@@ -31,7 +32,7 @@
 // Go reads both enums from the generated bindings (SockopsKnob*, SockopsCounter*).
 enum knob {
 	K_CC, K_IW, K_RTO_MIN, K_DELACK_MAX, K_SNDBUF, K_PACING, K_LOWAT,
-	K_NODELAY, K_RTO_MAX, K_SYN_RTO, K_NUM
+	K_NODELAY, K_RTO_MAX, K_SYN_RTO, K_RCVBUF, K_CWND_CLAMP, K_NUM
 };
 
 // Counters (percpu array): apply errors per knob first, then these.
@@ -58,6 +59,8 @@ struct config {
 	__u32 pacing;           // bytes/s
 	__u32 lowat;
 	__u32 nodelay;
+	__u32 rcvbuf;
+	__u32 cwnd_clamp;       // segments
 };
 
 struct group {
@@ -461,12 +464,22 @@ static __always_inline void apply(struct bpf_sock_ops *skops, struct config *c)
 	}
 	if (m & (1 << K_IW))
 		setopt(skops, SOL_TCP, TCP_BPF_IW, c->iw, K_IW);
+	// The clamp (which also sets ssthresh) bounds growth only; the first
+	// flight is the window set above or the kernel's, so lower it too.
+	if (m & (1 << K_CWND_CLAMP)) {
+		__u32 iw = (m & (1 << K_IW)) ? c->iw : CTX(snd_cwnd);
+		setopt(skops, SOL_TCP, TCP_BPF_SNDCWND_CLAMP, c->cwnd_clamp, K_CWND_CLAMP);
+		if (iw > c->cwnd_clamp)
+			setopt(skops, SOL_TCP, TCP_BPF_IW, c->cwnd_clamp, K_CWND_CLAMP);
+	}
 	if (m & (1 << K_RTO_MIN))
 		setopt(skops, SOL_TCP, TCP_BPF_RTO_MIN, c->rto_min_us, K_RTO_MIN);
 	if (m & (1 << K_DELACK_MAX))
 		setopt(skops, SOL_TCP, TCP_BPF_DELACK_MAX, c->delack_max_us, K_DELACK_MAX);
 	if (m & (1 << K_SNDBUF))
 		setopt(skops, SOL_SOCKET, SO_SNDBUF, c->sndbuf, K_SNDBUF);
+	if (m & (1 << K_RCVBUF))
+		setopt(skops, SOL_SOCKET, SO_RCVBUF, c->rcvbuf, K_RCVBUF);
 	if (m & (1 << K_PACING))
 		setopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, c->pacing, K_PACING);
 	if (m & (1 << K_LOWAT))

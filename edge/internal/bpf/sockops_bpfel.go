@@ -27,6 +27,8 @@ type SockopsConfig struct {
 	Pacing        uint32
 	Lowat         uint32
 	Nodelay       uint32
+	Rcvbuf        uint32
+	CwndClamp     uint32
 }
 
 type SockopsConn struct {
@@ -45,14 +47,14 @@ type SockopsConn struct {
 type SockopsCounter uint32
 
 const (
-	SockopsCounterC_TUNED        SockopsCounter = 10
-	SockopsCounterC_MISS         SockopsCounter = 11
-	SockopsCounterC_EVENTS       SockopsCounter = 12
-	SockopsCounterC_EVENTS_LOST  SockopsCounter = 13
-	SockopsCounterC_STORAGE_FAIL SockopsCounter = 14
-	SockopsCounterC_PENDING_HIT  SockopsCounter = 15
-	SockopsCounterC_HOLDBACK     SockopsCounter = 16
-	SockopsCounterC_NUM          SockopsCounter = 17
+	SockopsCounterC_TUNED        SockopsCounter = 12
+	SockopsCounterC_MISS         SockopsCounter = 13
+	SockopsCounterC_EVENTS       SockopsCounter = 14
+	SockopsCounterC_EVENTS_LOST  SockopsCounter = 15
+	SockopsCounterC_STORAGE_FAIL SockopsCounter = 16
+	SockopsCounterC_PENDING_HIT  SockopsCounter = 17
+	SockopsCounterC_HOLDBACK     SockopsCounter = 18
+	SockopsCounterC_NUM          SockopsCounter = 19
 )
 
 type SockopsEvent struct {
@@ -103,7 +105,9 @@ const (
 	SockopsKnobK_NODELAY    SockopsKnob = 7
 	SockopsKnobK_RTO_MAX    SockopsKnob = 8
 	SockopsKnobK_SYN_RTO    SockopsKnob = 9
-	SockopsKnobK_NUM        SockopsKnob = 10
+	SockopsKnobK_RCVBUF     SockopsKnob = 10
+	SockopsKnobK_CWND_CLAMP SockopsKnob = 11
+	SockopsKnobK_NUM        SockopsKnob = 12
 )
 
 type SockopsLpmKey struct {

@@ -103,11 +103,12 @@ func serverSettings(t *testing.T, addr, sni string) map[http2.SettingID]uint32 {
 
 // TestSocketKnobs reads the options back from the server's socket.
 func TestSocketKnobs(t *testing.T) {
-	tuned := map[string]any{"tcp.congestion_control": "reno", "tcp.sndbuf_bytes": int64(262144), "tcp.notsent_lowat_bytes": int64(16384)}
+	tuned := map[string]any{"tcp.congestion_control": "reno", "tcp.sndbuf_bytes": int64(262144), "tcp.notsent_lowat_bytes": int64(16384),
+		"tcp.rcvbuf_bytes": int64(98304)}
 	s, addr := startServer(t, Config{ApplySocket: true}, tableJSON(t, 1, h11, route{prefix: "127.0.0.0/8", sni: "tuned.test", values: tuned}))
 	type seen struct {
-		cc            string
-		sndbuf, lowat int
+		cc                    string
+		sndbuf, lowat, rcvbuf int
 	}
 	got := make(chan seen, 4)
 	s.OnDecision = func(c *Conn, _ *ConnState) {
@@ -121,6 +122,7 @@ func TestSocketKnobs(t *testing.T) {
 			g.cc, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 			g.sndbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
 			g.lowat, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT)
+			g.rcvbuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 		})
 		got <- g
 	}
@@ -128,13 +130,14 @@ func TestSocketKnobs(t *testing.T) {
 		sni  string
 		want seen
 	}{
-		{"tuned.test", seen{"reno", 2 * 262144, 16384}}, // the kernel doubles SO_SNDBUF
-		{"plain.test", seen{"cubic", -1, -1}},           // -1: not checked (kernel defaults)
+		{"tuned.test", seen{"reno", 2 * 262144, 16384, 2 * 98304}}, // the kernel doubles SO_SNDBUF and SO_RCVBUF
+		{"plain.test", seen{"cubic", -1, -1, -1}},                  // -1: not checked (kernel defaults)
 	}
 	for _, c := range cases {
 		get(t, addr, c.sni, "/index.html")
 		g := <-got
-		if g.cc != c.want.cc || (c.want.sndbuf >= 0 && g.sndbuf != c.want.sndbuf) || (c.want.lowat >= 0 && g.lowat != c.want.lowat) {
+		if g.cc != c.want.cc || (c.want.sndbuf >= 0 && g.sndbuf != c.want.sndbuf) || (c.want.lowat >= 0 && g.lowat != c.want.lowat) ||
+			(c.want.rcvbuf >= 0 && g.rcvbuf != c.want.rcvbuf) {
 			t.Errorf("%s: got %+v, want %+v", c.sni, g, c.want)
 		}
 	}

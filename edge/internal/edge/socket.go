@@ -16,6 +16,7 @@ import (
 type SocketOpts struct {
 	Congestion   string // TCP_CONGESTION
 	SndBuf       int    // SO_SNDBUF (0 = kernel autotuning)
+	RcvBuf       int    // SO_RCVBUF (0 = kernel autotuning)
 	MaxPacing    uint64 // SO_MAX_PACING_RATE in bytes/s (0 = unlimited)
 	NotSentLowat int    // TCP_NOTSENT_LOWAT (0 = kernel default)
 	NoDelay      bool   // TCP_NODELAY (Go turns it on for every TCP connection; false costs a setsockopt)
@@ -25,7 +26,7 @@ func socketOpts(full map[string]any) SocketOpts {
 	n := func(k string) int64 { v, _ := knobs.Int(full[k]); return v }
 	cc, _ := full["tcp.congestion_control"].(string)
 	nd, _ := full["tcp.nodelay"].(bool)
-	return SocketOpts{Congestion: cc, SndBuf: int(n("tcp.sndbuf_bytes")), MaxPacing: uint64(n("tcp.max_pacing_rate_bps")),
+	return SocketOpts{Congestion: cc, SndBuf: int(n("tcp.sndbuf_bytes")), RcvBuf: int(n("tcp.rcvbuf_bytes")), MaxPacing: uint64(n("tcp.max_pacing_rate_bps")),
 		NotSentLowat: int(n("tcp.notsent_lowat_bytes")), NoDelay: nd}
 }
 
@@ -83,6 +84,9 @@ func (o SocketOpts) setAll(fd int, nodelayOn bool) []error {
 	}
 	if o.SndBuf > 0 {
 		keep("SO_SNDBUF", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, o.SndBuf))
+	}
+	if o.RcvBuf > 0 {
+		keep("SO_RCVBUF", unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, o.RcvBuf))
 	}
 	if o.MaxPacing > 0 {
 		keep("SO_MAX_PACING_RATE", unix.SetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, o.MaxPacing))

@@ -13,7 +13,6 @@ from tailor.scenario.importers import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "data" / "traces"
-SHARED = ROOT.parent / "shared" / "traces"
 SITES = ["page-a", "page-b", "page-c", "object-1MB"]
 
 
@@ -128,12 +127,11 @@ def test_shipped_trace_means_match_facts(name, mean):
     assert np.mean(bw) == pytest.approx(mean, rel=0.02)
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces not present")
 @pytest.mark.parametrize("name, mean, p50", [("TMobile-LTE-short.down", 16.70, 13.96), ("ATT-LTE-driving.down", 5.17, 5.40)])
-def test_mahimahi_importer_on_shared_traces(name, mean, p50):
-    t, bw = load_mahimahi(SHARED / "mahimahi" / name, 1.0)
+def test_mahimahi_importer_on_mahimahi_traces(name, mean, p50):
+    t, bw = load_mahimahi(TRACES / "mahimahi" / name, 1.0)  # the mm-link originals (data/traces/README.md §1)
     assert np.mean(bw) == pytest.approx(mean, rel=0.02) and np.median(bw) == pytest.approx(p50, rel=0.02)
-    t5, bw5 = load_mahimahi(SHARED / "mahimahi" / name, 5.0)
+    t5, bw5 = load_mahimahi(TRACES / "mahimahi" / name, 5.0)
     assert np.mean(bw5) == pytest.approx(mean, rel=0.02) and t5[1] == 5.0
 
 

@@ -1,6 +1,6 @@
 """Synthetic workloads: pages drawn from the Web Almanac and single objects.
 
-Every figure cites a row of the project's published-figures sheet (FACTS.md, section 3; not in the repository), each with its original source. Pages are drawn with a fixed seed
+Every figure cites a row of the project's published-figures sheet (docs/references/FACTS.md, section 3), each with its original source. Pages are drawn with a fixed seed
 per page, so the catalog is identical on every machine and run; names are stable.
 
 >>> cat = default_catalog()
@@ -110,7 +110,7 @@ def make_page(name: str, objects: Iterable[tuple[int, int, int, str]]) -> Websit
 
 
 def chromium_test_page() -> Website:
-    """The page measured with real Chromium on this machine (notes/link-feasibility.md section 4).
+    """The page measured with real Chromium on this machine (docs/references/link-feasibility.md section 4).
 
     index.html 21 KB; 3 CSS, 6 JS, 18 PNGs 2..150 KB at level 1; bg.png (from style0.css), late0.png and
     lazy.js (from app0.js) at level 2; 1.29 MB in total, one origin. The note gives only the totals and

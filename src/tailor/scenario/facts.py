@@ -1,6 +1,6 @@
 """Published network figures the scenario generators draw from; every row names its source.
 
-Tags follow the project's published-figures sheet (FACTS.md, not in the repository): [V] read in the cited source, [D] computed from a trace file.
+Tags follow the project's published-figures sheet (docs/references/FACTS.md): [V] read in the cited source, [D] computed from a trace file.
 Figures here are *facts*; the modelling choices built on them (mix weights, spreads, device shares)
 live in ``families.py`` and are marked there as assumptions.
 """
@@ -119,7 +119,7 @@ class PantheonPath:
 
 
 PANTHEON_SOURCE = ("StanfordSNR/pantheon run_indigo_in_{cellular,wired}_emu.sh @10488e0 and .travis.yml @71c2ada, "
-                   "../shared/traces/README.md §2, FACTS.md §1.5")
+                   "data/traces/README.md §2, FACTS.md §1.5")
 PANTHEON = (
     PantheonPath("nepal-wireless", "np", "cellular", 0.57, 28, 0.0477, 14, "0.57mbps-poisson.trace"),
     PantheonPath("mexico-cellular", "mx", "cellular", 2.64, 88, 0.0, 130, "2.64mbps-poisson.trace"),

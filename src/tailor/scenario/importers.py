@@ -1,6 +1,6 @@
 """Importers: turn link traces into per-ChunkSize capacity series.
 
-Two formats (see ../shared/traces/README.md and data/traces/README.md):
+Two formats (see data/traces/README.md):
 
 * Mahimahi ``mm-link`` packet-delivery traces: one integer millisecond timestamp per line, each line one
   opportunity to deliver a 1500-byte packet; a repeated timestamp means several packets in that ms. The

@@ -93,8 +93,8 @@ _LH = "FACTS.md 1.4 Lighthouse throttling constants"
 _ATC = "FACTS.md 1.4 Facebook ATC profiles"
 _WS = "Configtron workshop grid (bw {0.3,1,5} x loss {0,1,2.5,5}% x delay), seed 003 s3.1"
 _SAT = "FACTS.md 1.2 Ookla Q2/Q4-2021 satellite rows"
-_MM = "Mahimahi cellular trace (shared/traces/mahimahi, FACTS.md 1.6); RTT from FACTS.md 1.4 Akamai latency quantiles"
-_PAN = "Pantheon calibrated emulator (FACTS.md 1.5, shared/traces/README.md 2)"
+_MM = "Mahimahi cellular trace (data/traces/mahimahi, FACTS.md 1.6); RTT from FACTS.md 1.4 Akamai latency quantiles"
+_PAN = "Pantheon calibrated emulator (FACTS.md 1.5, data/traces/README.md 2)"
 
 
 def _t(name, mean_down, up, rtt, family, source, down_trace, up_trace=None, loss=0.0, up_loss=None, queue=None):

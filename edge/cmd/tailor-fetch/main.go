@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	tailor-fetch [--http 3|2|1.1] [--insecure] [--resolve HOST:IP] [--timeout 30s] URL
+//	tailor-fetch [--http 3|2|1.1] [--insecure] [--resolve HOST:IP] [--local-addr IP] [--timeout 30s] URL
 //
 // Exit status: 0 for a 2xx response read to the end, 1 for a failed fetch
 // (the JSON line says why in "error"), 2 with one line
@@ -47,6 +47,7 @@ type Result struct {
 	HandshakeMs float64 `json:"handshake_ms"`
 	TTFBMs      float64 `json:"ttfb_ms"`  // response headers received
 	TotalMs     float64 `json:"total_ms"` // last body byte read
+	AltSvc      string  `json:"alt_svc"`  // the response's Alt-Svc header ("" when absent)
 	Error       string  `json:"error"`
 }
 
@@ -56,6 +57,7 @@ type options struct {
 	insecure bool
 	resolve  map[string]string // host -> ip
 	timeout  time.Duration
+	local    netip.Addr // --local-addr: source address (invalid = the kernel's choice)
 }
 
 type usageError struct{ msg string }
@@ -73,6 +75,7 @@ func parse(args []string) (options, error) {
 		return nil
 	})
 	timeout := fs.Duration("timeout", 30*time.Second, "bound on the whole fetch")
+	local := fs.String("local-addr", "", "source IP address of the connection (TCP or UDP)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return options{}, err
@@ -87,6 +90,13 @@ func parse(args []string) (options, error) {
 	}
 	if o.timeout <= 0 {
 		return o, usageError{fmt.Sprintf("--timeout %v: must be > 0", o.timeout)}
+	}
+	if *local != "" {
+		a, err := netip.ParseAddr(*local)
+		if err != nil {
+			return o, usageError{fmt.Sprintf("--local-addr %q: must be an IP address", *local)}
+		}
+		o.local = a
 	}
 	for _, r := range resolves {
 		parts := strings.Split(r, ":")
@@ -122,6 +132,31 @@ func (o options) dialAddr(addr string) string {
 	return addr
 }
 
+// dialQUIC dials addr (through --resolve) from --local-addr when given;
+// the UDP socket is closed with the connection.
+func (o options) dialQUIC(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+	if !o.local.IsValid() {
+		return quic.DialAddr(ctx, o.dialAddr(addr), tc, qc)
+	}
+	ua, err := net.ResolveUDPAddr("udp", o.dialAddr(addr))
+	if err != nil {
+		return nil, err
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: o.local.AsSlice()})
+	if err != nil {
+		return nil, fmt.Errorf("--local-addr %s: %w", o.local, err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	c, err := tr.Dial(ctx, ua, tc, qc)
+	if err != nil {
+		_ = tr.Close()
+		_ = udp.Close()
+		return nil, err
+	}
+	go func() { <-c.Context().Done(); _ = tr.Close(); _ = udp.Close() }()
+	return c, nil
+}
+
 func fetch(ctx context.Context, o options) Result {
 	res := Result{URL: o.url.String()}
 	ms := func(start, t time.Time) float64 { return float64(t.Sub(start).Microseconds()) / 1000 }
@@ -134,7 +169,7 @@ func fetch(ctx context.Context, o options) Result {
 		tr := &http3.Transport{
 			TLSClientConfig: tlsConf,
 			Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
-				c, err := quic.DialAddr(ctx, o.dialAddr(addr), tc, qc) // returns after the handshake
+				c, err := o.dialQUIC(ctx, addr, tc, qc) // returns after the handshake
 				if err == nil {
 					connDone = time.Now()
 					tlsDone = connDone
@@ -146,6 +181,9 @@ func fetch(ctx context.Context, o options) Result {
 		rt = tr
 	default:
 		d := &net.Dialer{}
+		if o.local.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: o.local.AsSlice()}
+		}
 		tr := &http.Transport{
 			TLSClientConfig:   tlsConf,
 			ForceAttemptHTTP2: o.http == "2",
@@ -186,7 +224,7 @@ func fetch(ctx context.Context, o options) Result {
 		return res
 	}
 	defer resp.Body.Close()
-	res.TTFBMs, res.Status = ms(start, headers), resp.StatusCode
+	res.TTFBMs, res.Status, res.AltSvc = ms(start, headers), resp.StatusCode, resp.Header.Get("Alt-Svc")
 	switch {
 	case resp.ProtoMajor == 3:
 		res.Protocol = "h3"
@@ -208,7 +246,7 @@ func fetch(ctx context.Context, o options) Result {
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stdout, "usage: tailor-fetch [--http 3|2|1.1] [--insecure] [--resolve HOST:IP] [--timeout 30s] URL")
+		fmt.Fprintln(stdout, "usage: tailor-fetch [--http 3|2|1.1] [--insecure] [--resolve HOST:IP] [--local-addr IP] [--timeout 30s] URL")
 		return 0
 	}
 	if err != nil {

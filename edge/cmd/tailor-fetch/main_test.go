@@ -149,6 +149,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"--timeout", "soon", "https://a/"}, "-timeout"},
 		{[]string{"--resolve", "a", "https://a/"}, "--resolve"},
 		{[]string{"--resolve", "a:notanip", "https://a/"}, "--resolve"},
+		{[]string{"--local-addr", "here", "https://a/"}, "--local-addr"},
 		{[]string{"--nope", "https://a/"}, "-nope"},
 		{[]string{}, "URL"},
 		{[]string{"https://a/", "https://b/"}, "URL"},

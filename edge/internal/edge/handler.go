@@ -30,7 +30,7 @@ func (s *Server) handler() (http.Handler, error) {
 	mux.HandleFunc("POST "+BeaconPath, s.beacon)
 	mux.Handle("/", s.measure(content))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if alt, _ := s.altSvc.Load().(string); alt != "" && r.ProtoMajor < 3 {
+		if alt := s.altSvcFor(r); alt != "" {
 			w.Header().Set("Alt-Svc", alt)
 		}
 		mux.ServeHTTP(w, r)

@@ -32,6 +32,7 @@ type ConnConfig struct {
 	QUIC     *quic.Config // transport parameters for HTTP/3 connections
 	Settings H2Settings   // what the SETTINGS frame advertises
 	Inexact  []string     // knobs the library can only approximate
+	AltSvc   bool         // http.alt_svc: advertise HTTP/3 on TCP responses (with --quic)
 }
 
 // Plan is a provisioned decision table; immutable once built.
@@ -73,6 +74,7 @@ func provision(t *rules.Table, reg *knobs.Registry, base *tls.Config, h1 *http.S
 
 func provisionConfig(id string, full map[string]any, base *tls.Config, h1 *http.Server) *ConnConfig {
 	cc := &ConnConfig{ID: id, HTTP2: full["http.version"] == "2", Socket: socketOpts(full), QUIC: quicConfig(full)}
+	cc.AltSvc, _ = full["http.alt_svc"].(bool)
 	cc.TLS = base.Clone()
 	cc.TLS.GetConfigForClient = nil
 	cc.TLS.NextProtos = alpnH11

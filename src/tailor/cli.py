@@ -72,8 +72,8 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = _build_parser().parse_args(argv)
-    try:
+    try:  # building the parser imports the registry: a missing spec/ or data/ (tailor.paths) is one error line
+        args = _build_parser().parse_args(argv)
         return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table, "study": _study, "testbed": _testbed,
                 "manager": _manager, "demo": _demo}[args.command](args, argv)
     except TailorError as err:

@@ -21,6 +21,8 @@ type sockReport struct {
 	CC         string `json:"cc"`
 	Cwnd       uint32 `json:"cwnd"`
 	SndBuf     int    `json:"sndbuf"`
+	RcvBuf     int    `json:"rcvbuf"`
+	Ssthresh   uint32 `json:"ssthresh"`
 	BytesAcked uint64 `json:"bytes_acked"`
 	MSS        uint32 `json:"mss"`
 	Retrans    uint32 `json:"retrans"`
@@ -64,8 +66,10 @@ func report(c *net.TCPConn, phase string) sockReport {
 	_ = raw.Control(func(fd uintptr) {
 		r.CC, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 		r.SndBuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, syscall.SO_SNDBUF)
+		r.RcvBuf, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, syscall.SO_RCVBUF)
 		if ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
 			r.Cwnd, r.BytesAcked, r.MSS, r.Retrans = ti.Snd_cwnd, ti.Bytes_acked, ti.Snd_mss, ti.Total_retrans
+			r.Ssthresh = ti.Snd_ssthresh
 		}
 	})
 	return r

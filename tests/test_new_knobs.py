@@ -14,7 +14,7 @@ import pytest
 from tailor.errors import OracleError, ParameterError
 from tailor.oracle import ModelOracle
 from tailor.oracle.measured import DEFAULT_DATASET, MeasuredOracle
-from tailor.space import Configuration, ConfigSpace, load_registry
+from tailor.space import ConfigSpace, Configuration, load_registry
 
 NEW = {"tcp.rcvbuf_bytes": 0, "tcp.cwnd_clamp": 0, "http.alt_svc": True}
 

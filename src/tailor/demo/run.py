@@ -26,15 +26,15 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import numpy as np
 
 from tailor.demo import analysis
-from tailor.demo.cli import DEFAULT_POLICY_PARAMS, GROUPS, GroupSpec
 from tailor.demo.binaries import ROOT, DemoError, binary
+from tailor.demo.cli import DEFAULT_POLICY_PARAMS, GROUPS, GroupSpec
 from tailor.demo.workload import Workload, fetch_once
 from tailor.demo.world import World, cgroups_left, ip, leftovers, pid_alive
 from tailor.testbed.conditions import CATALOG, Condition
@@ -109,7 +109,7 @@ def _policy_params(args) -> list[str]:
 
 
 def _log(msg: str) -> None:
-    print(f"[{datetime.now(timezone.utc).strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    print(f"[{datetime.now(UTC).strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: float, out: Path, bins: dict) -> dict:
@@ -232,7 +232,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
         "schema": "tailor.demo-report/v1", "seed": args.seed, "policy": args.policy, "space": SPACE,
         "allowed": ALLOWED, "explore_budget": args.explore_budget, "policy_params": _policy_params(args), "holdback": 0.2, "quick": bool(args.quick),
         "duration_s": duration, "round_s": round_s, "object_bytes": OBJECT_BYTES,
-        "started_utc": datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+        "started_utc": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
         "wall_s": round(time.time() - started, 1), "load_avg_end": list(os.getloadavg()),
         "measurement": {"after_learning": "fetches that started in the second half of the workload",
                         "completion": "curl time_total (client side, ms)",

@@ -22,9 +22,9 @@ import numpy as np
 
 from tailor.eval import metrics
 from tailor.oracle import PLTTensor
+from tailor.policies import make_policy
 from tailor.scenario import Scenario
 from tailor.sim import SimConfig, Simulator
-from tailor.policies import make_policy
 from tailor.space import ConfigSpace
 
 KNOB_SUBSETS = {"http": ("http.version",), "cc": ("tcp.congestion_control",), "iw": ("tcp.initial_cwnd",),

@@ -14,8 +14,8 @@ import numpy as np
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from tailor.errors import check
 from tailor.context import Context, PrefixHistory
+from tailor.errors import check
 
 DEVICES = ("desktop", "android", "ios")
 

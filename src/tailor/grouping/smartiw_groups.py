@@ -16,8 +16,8 @@ network directly satisfies that by construction while the bandits keep changing 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -95,7 +95,7 @@ class Grouping:
     standard: tuple = ()  # prefixes left to the standard IW
 
     @classmethod
-    def root_only(cls) -> "Grouping":
+    def root_only(cls) -> Grouping:
         """One group for everybody (SmartIW without grouping, and the cold start before any data)."""
         return cls(root=True)
 

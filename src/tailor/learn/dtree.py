@@ -41,7 +41,7 @@ class ConfigTree:
         return DecisionTreeClassifier(criterion="entropy", min_samples_split=2, max_depth=None,
                                       random_state=self.seed, **bound)
 
-    def fit(self, X: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> "ConfigTree":
+    def fit(self, X: np.ndarray, y: np.ndarray, weight: np.ndarray | None = None) -> ConfigTree:
         """Fit on (features, configuration index); a single-label set gives a constant tree."""
         X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=int)
         check(len(X) == len(y) and len(y) > 0, "ConfigTree", "X, y", "non-empty and of equal length", len(y))

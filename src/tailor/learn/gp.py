@@ -28,7 +28,6 @@ from threadpoolctl import ThreadpoolController
 
 from tailor.errors import check
 
-
 _BLAS: ThreadpoolController | None = None
 
 
@@ -69,7 +68,7 @@ class GPSurrogate:
         self.n_optimized = 0
         self.fit_seconds = 0.0
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "GPSurrogate":
+    def fit(self, X: np.ndarray, y: np.ndarray) -> GPSurrogate:
         """Condition on (X, y); the caller keeps at most ``max_points`` rows (the most recent last)."""
         X, y = np.asarray(X, dtype=float)[-self.max_points:], np.asarray(y, dtype=float)[-self.max_points:]
         start = time.perf_counter()

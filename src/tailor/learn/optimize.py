@@ -7,7 +7,7 @@ configuration AllowedConfig forbids; enumeration only ever proposes allowed indi
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 

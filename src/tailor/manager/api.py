@@ -25,7 +25,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import json
 import logging
 from contextlib import asynccontextmanager
 
@@ -35,11 +34,11 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from tailor.errors import TableError
-from tailor.table import loads_strict
 from tailor.manager.config import ManagerConfig
 from tailor.manager.dashboard import render_dashboard
 from tailor.manager.logs import log
 from tailor.manager.service import CycleError, Manager
+from tailor.table import loads_strict
 
 WRITER_PERIOD_S = 0.1
 

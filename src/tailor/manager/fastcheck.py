@@ -17,7 +17,8 @@ reject only that record.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tailor.table import ecma_pattern, load_schema, short_repr
 from tailor.telemetry import TelemetryError

@@ -57,7 +57,7 @@ class Published:
     _resolver: DecisionTable | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, doc: dict, origin: str) -> "Published":
+    def of(cls, doc: dict, origin: str) -> Published:
         body = dumps(doc)
         return cls(doc, body, f'"{doc["version"]}-{hashlib.sha1(body).hexdigest()[:12]}"', origin, content_key(doc))
 
@@ -107,7 +107,7 @@ class Notifier:
                 return
             try:
                 await asyncio.wait_for(self._event.wait(), left)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return
 
 

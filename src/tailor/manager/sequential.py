@@ -42,7 +42,7 @@ class LogStats:
         self.s += x
         self.ss += x * x
 
-    def merge(self, other: "LogStats") -> "LogStats":
+    def merge(self, other: LogStats) -> LogStats:
         return LogStats(self.n + other.n, self.s + other.s, self.ss + other.ss)
 
     @property
@@ -56,7 +56,7 @@ class LogStats:
             return float("inf")
         return max((self.ss - self.s * self.s / self.n) / (self.n - 1), VAR_FLOOR)
 
-    def ratio_to(self, other: "LogStats") -> float:
+    def ratio_to(self, other: LogStats) -> float:
         """Geometric-mean ratio self/other (e.g. 0.9 = 10% faster than ``other``)."""
         if not self.n or not other.n:
             return float("nan")

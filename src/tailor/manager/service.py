@@ -28,7 +28,7 @@ from tailor.manager.ingest import IngestQueue, IngestResult, ingest
 from tailor.manager.logs import log
 from tailor.manager.metrics import Metrics
 from tailor.manager.signing import Signer
-from tailor.manager.store import Store, StoreError
+from tailor.manager.store import Store
 from tailor.policies import PolicyEnv, make_policy
 from tailor.sim.simulator import ARCHIVE_ALPHA
 from tailor.space import AllowedConfig, ConfigSpace

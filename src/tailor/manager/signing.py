@@ -43,7 +43,7 @@ class Signer:
         self.key_id = key_id(self.public)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Signer":
+    def load(cls, path: str | Path) -> Signer:
         try:
             key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as err:
@@ -55,7 +55,7 @@ class Signer:
         return cls(key)
 
     @classmethod
-    def for_data_dir(cls, data_dir: str | Path, path: str | None = None) -> "Signer":
+    def for_data_dir(cls, data_dir: str | Path, path: str | None = None) -> Signer:
         """``path`` when given, else ``<data>/signing.key`` (created on first use, 0600) + ``signing.pub``."""
         if path:
             signer = cls.load(path)

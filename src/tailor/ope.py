@@ -288,7 +288,7 @@ class Logs:
     def __len__(self) -> int:
         return int(self.client.size)
 
-    def subset(self, index: Any) -> "Logs":
+    def subset(self, index: Any) -> Logs:
         """The records selected by ``index`` (a boolean mask or integer indices)."""
         idx = np.asarray(index)
         return Logs(self.client[idx], self.sni[idx], self.device[idx], self.config[idx], self.probability[idx],

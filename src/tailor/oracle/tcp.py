@@ -31,7 +31,7 @@ class Stack:
     syn_rto: np.ndarray  # ms
     sndbuf: np.ndarray  # bytes, 0 = autotuning (no cap)
 
-    def take(self, mask: np.ndarray) -> "Stack":
+    def take(self, mask: np.ndarray) -> Stack:
         """The columns selected by a boolean mask over configurations."""
         return Stack(*(a[:, mask] for a in (self.bbr, self.reno, self.iw, self.rto_min, self.syn_rto, self.sndbuf)))
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tailor.errors import ParameterError, check
 from tailor.context import Context, Decision, Outcome, PrefixHistory  # noqa: F401 (re-exported)
+from tailor.errors import ParameterError, check
 from tailor.space import ConfigSpace
 from tailor.table.decide import cohort_draw, derive_salt, held_back, propensity
 
@@ -65,7 +66,7 @@ class Policy(ABC):
         self.space: ConfigSpace | None = None
 
     # -- lifecycle
-    def reset(self, space: ConfigSpace, env: PolicyEnv | None = None) -> "Policy":
+    def reset(self, space: ConfigSpace, env: PolicyEnv | None = None) -> Policy:
         """Forget everything learned and prepare for ``space``."""
         env = env or PolicyEnv()
         if self.needs_oracle and env.oracle is None:
@@ -82,7 +83,7 @@ class Policy(ABC):
     def _init_state(self) -> None:
         """Create learned state (override)."""
 
-    def clone(self) -> "Policy":
+    def clone(self) -> Policy:
         """A fresh, unfitted policy with the same hyper-parameters."""
         fresh = copy.copy(self)
         fresh.__dict__ = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k not in ("space", "env")}

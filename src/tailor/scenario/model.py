@@ -99,7 +99,7 @@ class Scenario:
     def websites(self) -> list[str]:
         return sorted({w for s in self.sessions for _, w in s.loads})
 
-    def head(self, n_sessions: int) -> "Scenario":
+    def head(self, n_sessions: int) -> Scenario:
         """The first ``n_sessions`` sessions in start order (for --sessions N)."""
         ordered = sorted(self.sessions, key=lambda s: (s.start_s, s.session_id))
         return Scenario(self.name, tuple(ordered[:n_sessions]), self.chunk_s, self.description, self.provenance)

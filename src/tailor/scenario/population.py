@@ -91,7 +91,7 @@ def stratified(rng, weights: np.ndarray, n: int) -> np.ndarray:
     return rng.permutation(np.repeat(np.arange(len(weights)), counts))
 
 
-def _pack(rng, ids: list[int], clients_per_prefix: float, alloc: "_Allocator"):
+def _pack(rng, ids: list[int], clients_per_prefix: float, alloc: _Allocator):
     """Split an ISP's clients into /24s of 1 + Poisson(mean - 1) clients each."""
     i = 0
     while i < len(ids):

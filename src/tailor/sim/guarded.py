@@ -55,7 +55,7 @@ class GuardedTables:
         self.rollbacks: list[dict] = []  # check_rollbacks events, with "time_s"
 
     @classmethod
-    def of(cls, sim_config, space: ConfigSpace) -> "GuardedTables":
+    def of(cls, sim_config, space: ConfigSpace) -> GuardedTables:
         return cls(space, sim_config.guard_config())
 
     def plan(self, table: dict, now: float) -> tuple[dict, list[str]]:

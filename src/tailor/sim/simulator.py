@@ -17,7 +17,7 @@ import numpy as np
 from tailor.errors import check
 from tailor.grouping import PrefixArchive
 from tailor.oracle import NOISE_SHAPE, Oracle, PLTTensor
-from tailor.policies.base import Context, Decision, Outcome, Policy, PolicyEnv, PrefixHistory
+from tailor.policies.base import Context, Decision, Outcome, Policy, PolicyEnv
 from tailor.scenario import Scenario
 from tailor.sim.guarded import MANAGER_DEFAULTS, GuardedTables, manager_guard_config
 from tailor.space import AllowedConfig, ConfigSpace
@@ -155,7 +155,7 @@ class Simulator:
         world.theta = np.array([world.tensor.theta(int(c), int(s)) for c, s in zip(world.cell, world.site)])
 
     # -- running one policy
-    def run(self, policy: Policy, progress=None, on_table=None) -> "RunResult":
+    def run(self, policy: Policy, progress=None, on_table=None) -> RunResult:
         """One policy through the world; ``on_table(time_s, table)`` sees each table queued for the edges."""
         world, cfg = self.world, self.config
         archive = PrefixArchive(ARCHIVE_ALPHA)

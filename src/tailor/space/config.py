@@ -20,8 +20,9 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from scipy.stats import qmc
@@ -99,7 +100,7 @@ class AllowedConfig:
     rules: tuple[tuple[str, str, Any], ...] = ()
 
     @classmethod
-    def parse(cls, text: str | None) -> "AllowedConfig":
+    def parse(cls, text: str | None) -> AllowedConfig:
         """Parse 'NoBBR,NoHighICW,tcp.initial_cwnd<=32' (case-insensitive aliases)."""
         if not text:
             return cls()
@@ -176,14 +177,14 @@ class ConfigSpace:
         object.__setattr__(self, "_codes", self._encode_all())
 
     @classmethod
-    def named(cls, name: str, allowed: AllowedConfig | str | None = None) -> "ConfigSpace":
+    def named(cls, name: str, allowed: AllowedConfig | str | None = None) -> ConfigSpace:
         registry = load_registry()
         check(name in registry.spaces, "ConfigSpace", "name", f"one of {sorted(registry.spaces)}", name)
         if not isinstance(allowed, AllowedConfig):
             allowed = AllowedConfig.parse(allowed)
         return cls(registry.spaces[name], allowed, name, registry)
 
-    def restrict(self, allowed: AllowedConfig) -> "ConfigSpace":
+    def restrict(self, allowed: AllowedConfig) -> ConfigSpace:
         merged = AllowedConfig(self.allowed.exclude_tags | allowed.exclude_tags, self.allowed.rules + allowed.rules)
         return ConfigSpace(self.grid, merged, self.name, self.registry)
 

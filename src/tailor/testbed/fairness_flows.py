@@ -53,7 +53,7 @@ def send(ip: str, port: int, seconds: float, out_path: str, max_flows: int = 256
         while len(threads) < max_flows:
             try:
                 conn, peer = srv.accept()
-            except socket.timeout:
+            except TimeoutError:
                 break
             if peer[0] == ip:  # tailor-link's readiness probe (--wait-port) dials from inside this namespace
                 conn.close()

@@ -105,7 +105,7 @@ class Plan:
     pages: list[str] = field(default_factory=list)  # catalog pages for Chromium; when set, ``sizes`` is unused
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Plan":
+    def from_dict(cls, d: dict) -> Plan:
         conds = [CATALOG[c] if isinstance(c, str) and c in CATALOG else _cond(c) for c in d["conditions"]]
         transports = [Transport(c.get("cc", "cubic"), int(c.get("iw", 10)), int(c.get("rto_min_ms", 200)))
                       for c in d["configs"]]
@@ -116,7 +116,7 @@ class Plan:
         return plan
 
     @classmethod
-    def load(cls, path: str | Path) -> "Plan":
+    def load(cls, path: str | Path) -> Plan:
         try:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as err:

@@ -34,9 +34,9 @@ import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -47,8 +47,16 @@ from tailor.space.knobs import load_registry
 from tailor.testbed import quic_client
 from tailor.testbed.conditions import CATALOG, Condition
 from tailor.testbed.plan import Fetch, Transport, _cond, estimate_fetch_s
-from tailor.testbed.server import (SERVER_IP, TLS_PORT, TestbedError, _seeded_bytes, object_name, require_tools,
-                                   tailor_edge_binary, tailor_fetch_binary, tailor_link_binary)
+from tailor.testbed.server import (
+    SERVER_IP,
+    TLS_PORT,
+    _seeded_bytes,
+    object_name,
+    require_tools,
+    tailor_edge_binary,
+    tailor_fetch_binary,
+    tailor_link_binary,
+)
 
 CLIENT_IP = "10.231.0.2"  # tailor-link's client address: the decision table's rule is CLIENT_IP/32
 QUIC_HTTP = ("3", "2")  # "3" = HTTP/3 over QUIC with the job's configuration; "2" = TLS/TCP HTTP/2, table default
@@ -76,7 +84,7 @@ class QuicConfig:
         self.configuration()  # registry bounds and types: raises a ParameterError naming the knob
 
     @classmethod
-    def from_dict(cls, d: dict) -> "QuicConfig":
+    def from_dict(cls, d: dict) -> QuicConfig:
         if not isinstance(d, dict) or "name" not in d:
             raise ParameterError(f"The 'configs' entries of QuicPlan must be objects with a 'name' and quic.* "
                                  f"knobs. Got {d!r}.")
@@ -128,7 +136,7 @@ class QuicPlan:
     seed: int = 1
 
     @classmethod
-    def from_dict(cls, d: dict) -> "QuicPlan":
+    def from_dict(cls, d: dict) -> QuicPlan:
         check(isinstance(d, dict), "QuicPlan", "(root)", "a JSON object", type(d).__name__)
         for key in ("conditions", "sizes", "configs"):
             check(isinstance(d.get(key), list) and len(d[key]) > 0, "QuicPlan", key, "a non-empty list", d.get(key))
@@ -142,7 +150,7 @@ class QuicPlan:
         return plan
 
     @classmethod
-    def load(cls, path: str | Path) -> "QuicPlan":
+    def load(cls, path: str | Path) -> QuicPlan:
         try:
             doc = json.loads(Path(path).read_text())
         except (OSError, json.JSONDecodeError) as err:
@@ -200,7 +208,7 @@ class Binaries:
     fetch: str
 
     @classmethod
-    def find(cls) -> "Binaries":
+    def find(cls) -> Binaries:
         return cls(tailor_link_binary(), tailor_edge_binary(), tailor_fetch_binary())
 
 

@@ -17,8 +17,8 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tailor.testbed import client_script, page_client
 from tailor.testbed.pages import H2_PORT, page_url, pages_server_cmd, resolver_rules

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import tailor.policies.bo  # noqa: F401  (registers the policies)
 from tailor.errors import ParameterError
 from tailor.learn import BOSearch, ConfigStats, expected_improvement, lognormal_expected_improvement, relative_ei
 from tailor.policies import Context, Outcome, PolicyEnv, PrefixHistory, make_policy
-import tailor.policies.bo  # noqa: F401  (registers the policies)
 from tailor.scenario.model import ClientInfo
 from tailor.space import AllowedConfig, ConfigSpace
 

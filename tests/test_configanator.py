@@ -139,8 +139,8 @@ def test_new_pair_bootstrap_starts_with_the_trees_prediction(oracle):
     """ConfigTron §4.1.2: when a new network class shows up, the exploitation arm's prediction is one of the
     GP bootstrap's initial samples -- here the first, so the new pair's first connection gets it; without
     a tree (NoDT ablation, or before the first tree) the default comes first."""
-    from tailor.space import ConfigSpace
     from tailor.policies.base import PolicyEnv
+    from tailor.space import ConfigSpace
     space = ConfigSpace.named("core")
     sites = tuple(sorted(oracle.websites))
     target = (space.default_index + 17) % len(space)
@@ -159,8 +159,8 @@ def test_records_of_a_tables_default_group_feed_the_clients_pair(oracle):
     applied): they are classified into the client's pair, never kept as a pair named "default", and the
     table still compiles (found when the manager's default became Configanator)."""
     from tailor.context import Decision, Outcome
-    from tailor.space import ConfigSpace
     from tailor.policies.base import PolicyEnv
+    from tailor.space import ConfigSpace
     space = ConfigSpace.named("core")
     sites = tuple(sorted(oracle.websites))
     policy = make_policy("configanator", seed=0).reset(space, PolicyEnv(websites=sites))

@@ -15,13 +15,9 @@ are removed and checked.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest

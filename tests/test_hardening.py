@@ -36,7 +36,7 @@ from tailor.manager.config import ManagerConfig
 from tailor.manager.publish import enforce_budget
 from tailor.manager.signing import Signer, load_public_keys, public_pem, verify
 from tailor.manager.store import Store
-from tailor.manager.testing import LiveServer, free_port
+from tailor.manager.testing import free_port
 from tailor.space import ConfigSpace
 
 TOKEN, EDGE = "operator-token-xyz", "edge-token-abc"
@@ -338,7 +338,7 @@ def _self_signed(tmp: Path) -> tuple[Path, Path]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tailor-test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(hours=1))

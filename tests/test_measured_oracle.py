@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space, _DATA
+from tailor.oracle.measured import _DATA, DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space
 from tailor.oracle.select import select_oracle
 from tailor.space import ConfigSpace
 from tailor.testbed.analysis import best_vs_default, error_summary, loco_errors

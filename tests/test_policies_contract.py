@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from tailor.policies import POLICIES, Context, PolicyEnv, PrefixHistory, make_policy
+from tailor.policies import POLICIES, Context, PrefixHistory, make_policy
 from tailor.scenario import ClientInfo
 from tailor.sim import SimConfig, Simulator
 from tailor.space import AllowedConfig

@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from tailor.errors import ParameterError
 from tailor.eval import metrics
 from tailor.eval.run import evaluate, write_results
-from tailor.errors import ParameterError
 from tailor.policies import make_policy
 from tailor.sim import SimConfig, Simulator
 

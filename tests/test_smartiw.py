@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from tailor.errors import ParameterError
-from tailor.grouping.smartiw_groups import (COUNT, Grouping, Requirement, build_groups, empty_rows, jitter,
-                                            reward_series)
+from tailor.grouping.smartiw_groups import COUNT, Grouping, Requirement, build_groups, empty_rows, jitter, reward_series
 from tailor.policies import make_policy
 from tailor.policies.smartiw import DiscountedUCB, GroupLearner, snap_arms
 from tailor.sim import SimConfig, Simulator

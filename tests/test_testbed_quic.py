@@ -15,17 +15,8 @@ from tailor.errors import ParameterError
 from tailor.space.config import Configuration
 from tailor.table import validate_table
 from tailor.testbed.plan import Fetch
-from tailor.testbed.quic import (
-    CLIENT_IP,
-    QuicConfig,
-    QuicPlan,
-    decision_table,
-    edge_report,
-    quic_knobs,
-    quic_row,
-    summarize,
-    summary_markdown,
-)
+from tailor.testbed.quic import (CLIENT_IP, QuicConfig, QuicPlan, decision_table, edge_report, quic_knobs, quic_row,
+                                 summarize, summary_markdown)
 
 TINY = {"conditions": [{"name": "t-10m-20ms", "down_mbps": 10, "up_mbps": 10, "rtt_ms": 20, "loss": 0.0,
                         "family": "test", "source": "test"}],

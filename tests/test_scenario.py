@@ -6,14 +6,8 @@ import numpy as np
 import pytest
 
 from tailor.errors import ScenarioError
-from tailor.scenario import (
-    BUILTIN_SCENARIOS,
-    generate,
-    load_mahimahi,
-    load_scenario,
-    load_throughput_series,
-    save_scenario,
-)
+from tailor.scenario import BUILTIN_SCENARIOS, generate, load_mahimahi, load_scenario, load_throughput_series, \
+    save_scenario
 from tailor.scenario.families import CELLULAR_BUFFER_BDP
 from tailor.scenario.importers import load_trace
 

@@ -16,15 +16,8 @@ from tailor.errors import ParameterError, TableError
 from tailor.manager import fastcheck
 from tailor.manager.api import create_app
 from tailor.manager.config import ManagerConfig
-from tailor.manager.guardrails import (
-    GuardConfig,
-    GuardState,
-    apply_guardrails,
-    cap_exploration,
-    check_rollbacks,
-    move_to_default,
-    sticky,
-)
+from tailor.manager.guardrails import (GuardConfig, GuardState, apply_guardrails, cap_exploration, check_rollbacks,
+                                       move_to_default, sticky)
 from tailor.manager.synth import SyntheticEdge
 from tailor.manager.testing import LiveServer
 from tailor.space import AllowedConfig, ConfigSpace

@@ -47,16 +47,8 @@ from tailor.space.knobs import load_registry
 from tailor.testbed import quic_client
 from tailor.testbed.conditions import CATALOG, Condition
 from tailor.testbed.plan import Fetch, Transport, _cond, estimate_fetch_s
-from tailor.testbed.server import (
-    SERVER_IP,
-    TLS_PORT,
-    _seeded_bytes,
-    object_name,
-    require_tools,
-    tailor_edge_binary,
-    tailor_fetch_binary,
-    tailor_link_binary,
-)
+from tailor.testbed.server import (SERVER_IP, TLS_PORT, _seeded_bytes, object_name, require_tools,
+                                   tailor_edge_binary, tailor_fetch_binary, tailor_link_binary)
 
 CLIENT_IP = "10.231.0.2"  # tailor-link's client address: the decision table's rule is CLIENT_IP/32
 QUIC_HTTP = ("3", "2")  # "3" = HTTP/3 over QUIC with the job's configuration; "2" = TLS/TCP HTTP/2, table default

@@ -27,14 +27,8 @@ from tailor.scenario import facts
 from tailor.scenario.families import MIXED_WEIGHTS, Tier, family_tiers
 from tailor.scenario.importers import MIN_BW_MBPS, load_trace
 from tailor.scenario.model import ConditionSeries, Scenario, Session
-from tailor.scenario.population import (
-    Client,
-    Spreads,
-    build_clients,
-    lognormal_factor,
-    sessions_per_client,
-    site_popularity,
-)
+from tailor.scenario.population import (Client, Spreads, build_clients, lognormal_factor, sessions_per_client,
+                                        site_popularity)
 
 BUILTIN_SCENARIOS = ("default", "mixed-global", "broadband-us", "cellular", "satellite", "developing",
                      "workshop-grid")

@@ -21,15 +21,8 @@ from collections import defaultdict
 import numpy as np
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-from tailor.grouping.profiles import (
-    OVERLAP,
-    ProfileGroups,
-    ProfileTree,
-    Sufficiency,
-    TimeCategories,
-    network_row,
-    profile_path,
-)
+from tailor.grouping.profiles import (OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories,
+                                      network_row, profile_path)
 from tailor.learn import GPSurrogate, lognormal_expected_improvement, maximize
 from tailor.learn.causal import CausalEstimator
 from tailor.policies.base import Context, Decision, Outcome, Policy, register

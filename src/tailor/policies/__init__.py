@@ -7,17 +7,8 @@ merely living in ``tailor/policies/``.
 import importlib
 import pkgutil
 
-from tailor.policies.base import (
-    POLICIES,
-    Context,
-    Decision,
-    Outcome,
-    Policy,
-    PolicyEnv,
-    PrefixHistory,
-    make_policy,
-    register,
-)
+from tailor.policies.base import (POLICIES, Context, Decision, Outcome, Policy, PolicyEnv, PrefixHistory,
+                                  make_policy, register)
 
 __all__ = ["POLICIES", "Context", "Decision", "Outcome", "Policy", "PolicyEnv", "PrefixHistory", "make_policy",
            "register"]

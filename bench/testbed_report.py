@@ -13,14 +13,8 @@ import sys
 import pandas as pd
 
 from tailor.oracle.measured import DEFAULT_DATASET, MeasuredOracle
-from tailor.testbed.analysis import (
-    best_per_condition,
-    best_vs_default,
-    error_summary,
-    loco_errors,
-    measured_vs_model,
-    model_choice_regret,
-)
+from tailor.testbed.analysis import (best_per_condition, best_vs_default, error_summary, loco_errors,
+                                     measured_vs_model, model_choice_regret)
 
 
 def main(dataset: str, quick: bool = False) -> None:

@@ -61,6 +61,8 @@ type Record struct {
 	SNI               string   `json:"sni,omitempty"`
 	TLSFingerprint    string   `json:"tls_fingerprint,omitempty"`
 	Device            string   `json:"device,omitempty"`
+	ASN               *int64   `json:"asn,omitempty"`    // from the edge's MaxMind-format ASN database
+	Region            string   `json:"region,omitempty"` // "CC" or "CC-SUB" from its City/Country database
 }
 
 var kinds = map[string]bool{"connection": true, "response": true, "pageload": true}
@@ -79,6 +81,8 @@ const (
 	MaxALPN       = 255
 	MaxDevice     = 64
 	MaxFingerprnt = 128
+	MaxASN        = 4294967295
+	maxRegion     = 16
 )
 
 // Charsets of the schema's patterns; checked byte by byte (the sinks check
@@ -136,6 +140,26 @@ func SanitizeSource(s string) string {
 		return "unknown"
 	}
 	return string(b)
+}
+
+// ValidRegion reports whether s matches the schema's region pattern
+// ^[A-Z]{2}(-[A-Z0-9]{1,3})?$: an ISO 3166-1 alpha-2 country, optionally
+// '-' and an ISO 3166-2 subdivision code.
+func ValidRegion(s string) bool {
+	if len(s) != 2 && (len(s) < 4 || len(s) > 6 || s[2] != '-') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case i == 2:
+		case c >= 'A' && c <= 'Z':
+		case i > 2 && c >= '0' && c <= '9':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ValidToken reports whether s fits a printable-ASCII field of at most max
@@ -276,10 +300,15 @@ func (r *Record) validate(at string) error {
 			return err
 		}
 	}
+	if r.Region != "" && len(r.Region) > maxRegion {
+		return fieldErr(at+".region", "%s is too long", short(r.Region))
+	} else if r.Region != "" && !ValidRegion(r.Region) {
+		return fieldErr(at+".region", "%s does not match '^[A-Z]{2}(-[A-Z0-9]{1,3})?$'", short(r.Region))
+	}
 	const bytesMax, countMax = 1 << 50, 1 << 40
 	for _, f := range [...]intField{{"bytes_sent", r.BytesSent, bytesMax}, {"bytes_acked", r.BytesAcked, bytesMax},
 		{"bytes_retrans", r.BytesRetrans, bytesMax}, {"retransmits", r.Retransmits, countMax}, {"delivered", r.Delivered, countMax},
-		{"cwnd", r.Cwnd, 2147483647}, {"mss", r.MSS, 65535}, {"object_bytes", r.ObjectBytes, bytesMax}} {
+		{"cwnd", r.Cwnd, 2147483647}, {"mss", r.MSS, 65535}, {"object_bytes", r.ObjectBytes, bytesMax}, {"asn", r.ASN, MaxASN}} {
 		if f.v == nil {
 			continue
 		}

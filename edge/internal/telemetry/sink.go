@@ -50,6 +50,7 @@ type queue struct {
 	droppedAll int64
 	invalid    int64
 	lastBad    string
+	sent       int64 // records shipped (written or accepted by the manager)
 }
 
 func (q *queue) add(r Record, limit, limitBytes int) {
@@ -97,6 +98,7 @@ func (q *queue) commit(n int, dropped int64) {
 	}
 	clear(q.pending[:n]) // release the strings
 	q.pending, q.sizes = q.pending[n:], q.sizes[n:]
+	q.sent += int64(n)
 	if len(q.pending) == 0 { // let the backing arrays go
 		q.pending, q.sizes = nil, nil
 	}
@@ -108,6 +110,7 @@ func (q *queue) commit(n int, dropped int64) {
 func (q *queue) discard(n int) {
 	q.commit(n, 0)
 	q.mu.Lock()
+	q.sent -= int64(n)
 	q.dropped += int64(n)
 	q.droppedAll += int64(n)
 	q.mu.Unlock()
@@ -127,12 +130,13 @@ type QueueStats struct {
 	Invalid      int64  // of which: records that broke the schema
 	LastInvalid  string // the last such record's error
 	Refused      int64  // of which: records in batches the manager refused (HTTPSink)
+	Sent         int64  // records shipped: written (LineSink) or accepted by the manager (HTTPSink)
 }
 
 func (q *queue) stats() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return QueueStats{Pending: len(q.pending), PendingBytes: q.bytes, Dropped: q.droppedAll, Invalid: q.invalid, LastInvalid: q.lastBad}
+	return QueueStats{Pending: len(q.pending), PendingBytes: q.bytes, Dropped: q.droppedAll, Invalid: q.invalid, LastInvalid: q.lastBad, Sent: q.sent}
 }
 
 func orDefault(v, d int) int {
@@ -146,7 +150,7 @@ func orDefault(v, d int) int {
 // keys and quotes, and a fixed allowance for each number and boolean.
 func EncodedSize(r *Record) int {
 	n := 80 // braces, time, kind, table_version
-	for _, s := range [...]string{r.ClientPrefix, r.ClientAddr, r.Group, r.ConfigID, r.CongestionControl, r.ALPN, r.SNI, r.TLSFingerprint, r.Device} {
+	for _, s := range [...]string{r.ClientPrefix, r.ClientAddr, r.Group, r.ConfigID, r.CongestionControl, r.ALPN, r.SNI, r.TLSFingerprint, r.Device, r.Region} {
 		if s != "" {
 			n += len(s) + 24
 		}
@@ -156,7 +160,7 @@ func EncodedSize(r *Record) int {
 			n += 40
 		}
 	}
-	for _, p := range [...]*int64{r.BytesSent, r.BytesAcked, r.BytesRetrans, r.Retransmits, r.Delivered, r.Cwnd, r.MSS, r.ObjectBytes} {
+	for _, p := range [...]*int64{r.BytesSent, r.BytesAcked, r.BytesRetrans, r.Retransmits, r.Delivered, r.Cwnd, r.MSS, r.ObjectBytes, r.ASN} {
 		if p != nil {
 			n += 36
 		}

@@ -47,6 +47,9 @@ class ManagerConfig:
     ope_gate: bool = False
     ope_window_s: float = 3600.0
     ope_tolerance: float = 0.01  # 0 stalls learning: a near-identical candidate has a slightly wider interval
+    # MaxMind-format databases (tailor.enrich) for the clients' ASN and region when a record carries none; None: unknown
+    geoip_asn: str | None = None  # GeoLite2-ASN layout
+    geoip_region: str | None = None  # GeoLite2-City or GeoLite2-Country layout
 
     def __post_init__(self):
         own = "ManagerConfig"

@@ -13,7 +13,10 @@ only derived columns):
   else ``object_bytes`` x 8 / ``ttlb_ms``.
 * loss: ``bytes_retrans / bytes_sent``; unknown -> the prefix's archived loss (0 for a new prefix).
 * Context: client id = ``client_addr`` or the prefix's network address; website = ``sni`` ("" when
-  absent); device = ``device``; history = the per-prefix archive *before* this record (the edge
+  absent); device = ``device``; ASN and region (each on its own): the record's ``asn`` (when not 0) and
+  ``region``, else the manager's lookup of the client id in its MaxMind-format databases
+  (:mod:`tailor.enrich`, ``--geoip-asn`` / ``--geoip-region``), else unknown (0, ""); access type "" (no
+  source yet); history = the per-prefix archive *before* this record (the edge
   decided at the handshake), then the archive is updated with this record, then ``policy.observe``.
 * Decision: config index of ``config_id`` in the manager's space (records with a configuration
   outside the space feed the archive only), ``probability`` (1 when absent), arm ``holdback`` for
@@ -53,7 +56,7 @@ SELECT seq, time, client_prefix, client_addr, "group", config_id, coalesce(proba
                 CASE WHEN duration_ms > 0 THEN bytes_acked * 8 / duration_ms / 1e3 END,
                 CASE WHEN ttlb_ms > 0 THEN object_bytes * 8 / ttlb_ms / 1e3 END),
        CASE WHEN bytes_sent > 0 THEN bytes_retrans / bytes_sent END,
-       coalesce(object_bytes, bytes_acked, bytes_sent, 0)
+       coalesce(object_bytes, bytes_acked, bytes_sent, 0), asn, region
 FROM telemetry WHERE seq > ? AND seq <= ? ORDER BY time, seq
 """
 
@@ -143,21 +146,26 @@ class SiteFilter:
 class Feeder:
     """Feeds stored telemetry rows to a policy, its archive and the guardrail statistics."""
 
-    def __init__(self, policy, archive, guard: GuardState, sites: SiteFilter | None = None):
+    def __init__(self, policy, archive, guard: GuardState, sites: SiteFilter | None = None, enricher=None):
         self.policy, self.archive, self.guard = policy, archive, guard
+        self.enricher = enricher  # tailor.enrich.Enricher or None
         self.sites = sites if sites is not None else SiteFilter(min_records=1, max_sites=1 << 30)
         self.policy_groups: set[str] = set()  # group ids of the policy's last compiled table
         self.space = policy.space
         self._index = {c.id: i for i, c in enumerate(self.space.configs)}
         self._clients: dict[tuple, ClientInfo] = {}
 
-    def _client(self, prefix: str, addr: str | None, device: str) -> ClientInfo:
-        key = (prefix, addr, device)
+    def _client(self, prefix: str, addr: str | None, device: str, asn: int | None, region: str | None) -> ClientInfo:
+        key = (prefix, addr, device, asn, region)
         info = self._clients.get(key)
         if info is None:
             if len(self._clients) > 200_000:
                 self._clients.clear()
-            info = self._clients[key] = ClientInfo(client_id(prefix, addr), prefix, 0, "", device, "")
+            cid = client_id(prefix, addr)
+            if not (asn and region) and self.enricher is not None:  # the record's own values win, field by field
+                place = self.enricher.lookup(cid)
+                asn, region = asn or place.asn, region or place.region
+            info = self._clients[key] = ClientInfo(cid, prefix, asn or 0, region or "", device, "")
         return info
 
     def feed(self, rows, resolver=None) -> FeedReport:
@@ -167,7 +175,7 @@ class Feeder:
         return report
 
     def _feed_one(self, row, resolver, report: FeedReport) -> None:
-        seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes = row
+        seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes, asn, region = row
         report.rows += 1
         report.last_seq = max(report.last_seq, seq)
         done_ms = done_ms if done_ms is not None and 0 < done_ms < math.inf else None
@@ -190,7 +198,7 @@ class Feeder:
         if index is None:
             report.foreign += 1
             return
-        ctx = Context(t, prefix, self._client(prefix, addr, device), self.sites(sni), rtt or 0.0, history)
+        ctx = Context(t, prefix, self._client(prefix, addr, device, asn, region), self.sites(sni), rtt or 0.0, history)
         if group is None or group not in self.policy_groups:
             group = self.policy.select(ctx).group
         decision = Decision(index, prob, group, "holdback" if hold else "table")

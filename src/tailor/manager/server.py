@@ -56,6 +56,11 @@ def add_arguments(p) -> None:
                    help="publish a learned table only when its off-policy estimate from the last hour's telemetry "
                         "(SNIPS upper 95%% confidence bound of the mean completion time) is no worse than the current "
                         "table's (1%% tolerance); otherwise keep the current table (audit entry 'ope-gate')")
+    p.add_argument("--geoip-asn", metavar="FILE",
+                   help="MaxMind-format ASN database (GeoLite2-ASN layout): the client's ASN when a record carries none")
+    p.add_argument("--geoip-region", metavar="FILE",
+                   help="MaxMind-format City or Country database: the client's region (CC or CC-SUB, ISO 3166) when "
+                        "a record carries none")
 
 
 def _track_given(p) -> None:
@@ -142,6 +147,7 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          sites=tuple(args.site), site_min_records=args.site_min_records, max_sites=args.max_sites,
                          max_rules=args.max_rules, cohort_salt=args.cohort_salt,
                          ope_gate=bool(getattr(args, "ope_gate", False)),
+                         geoip_asn=getattr(args, "geoip_asn", None), geoip_region=getattr(args, "geoip_region", None),
                          policy_params=parse_policy_params(getattr(args, "policy_param", []) or [], "tailor manager"))
 
 

@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from tailor.enrich import Enricher
 from tailor.errors import ParameterError, TableError
 from tailor.grouping import PrefixArchive
 from tailor.manager import publish as pub
@@ -81,6 +82,7 @@ class CycleSummary:
 class Manager:
     def __init__(self, cfg: ManagerConfig, clock=time.time):
         self.cfg, self.clock = cfg, clock
+        self.enricher = Enricher(cfg.geoip_asn, cfg.geoip_region)  # first: a bad database file stops the start
         self.store = Store(cfg.data_dir)
         self.metrics = Metrics()
         self.queue = IngestQueue(cfg.queue_records)
@@ -97,7 +99,9 @@ class Manager:
         self.notifier = pub.Notifier()
         self._published_wall = time.time()  # a publication resets it; after a restart, edges get a grace period
         self._restore()
-        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites)
+        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher)
+        if self.enricher.configured:
+            log("enrich.databases", **self.enricher.describe())
         self.current = self._load_or_create_table()
         self._good_state = self._state_bytes()  # what a failed cycle rolls back to
         self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
@@ -153,7 +157,7 @@ class Manager:
     def _rollback_state(self) -> None:
         """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy)."""
         self._adopt(pickle.loads(self._good_state))
-        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites)
+        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher)
         self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
 
     def _load_or_create_table(self) -> pub.Published:
@@ -454,6 +458,7 @@ class Manager:
             self.flush()
             self.snapshot()
             self.store.close()
+            self.enricher.close()
 
 
 OPE_MAX_RECORDS = 100_000  # the gate values tables on at most this many of the window's most recent records

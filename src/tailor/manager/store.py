@@ -1,7 +1,8 @@
 """The manager's embedded store (DuckDB, one file under ``--data``) and its atomic state snapshot.
 
-Tables: ``telemetry`` (one column per schema field, plus ``seq``, ``received``, ``source``; rows older
-than the retention are deleted each cycle), ``prefix_history`` (the per-prefix archive, rewritten
+Tables: ``telemetry`` (one column per schema field, plus ``seq``, ``received``, ``source``; a field added to the
+schema later is added to an existing store's table when it opens; rows older than the retention are deleted
+each cycle), ``prefix_history`` (the per-prefix archive, rewritten
 each cycle), ``tables`` (every published decision table, versioned), ``audit`` (who/what changed
 the table and why), ``cycles`` and ``group_history`` (what the dashboard plots).
 
@@ -81,6 +82,8 @@ class Store:
         self.con = duckdb.connect(str(self.path))
         for ddl in _DDL:
             self._run(ddl)
+        for name, sql_type, _ in FIELDS:  # a store written before a schema field was added (e.g. asn, region)
+            self._run(f'ALTER TABLE telemetry ADD COLUMN IF NOT EXISTS "{name}" {sql_type}')
 
     def _reopen(self) -> None:
         """Close the (possibly invalidated) connection and open the file again (replays DuckDB's WAL)."""
@@ -156,7 +159,7 @@ class Store:
         def write():
             self.con.register("_incoming", batch)
             try:
-                self._run("INSERT INTO telemetry SELECT * FROM _incoming")
+                self._run("INSERT INTO telemetry BY NAME SELECT * FROM _incoming")
             finally:
                 self.con.unregister("_incoming")
 

@@ -17,10 +17,11 @@ type IWResult struct {
 	ClientMSS         int     `json:"client_mss"`         // TCP_MAXSEG the probe set (the MSS option of its SYN)
 	FlightUS          float64 `json:"flight_us"`          // first to last segment of the flight
 	RTTUS             float64 `json:"rtt_us"`             // the probe's smoothed RTT when it sent the request
-	HandshakeSegments int     `json:"handshake_segments"` // largest server flight during the TLS handshake
+	HandshakeSegments int     `json:"handshake_segments"` // server data segments acknowledged before the request
 	TLPExcluded       bool    `json:"tlp_excluded"`       // a lone late segment (tail loss probe) was not counted
 	Retransmission    bool    `json:"retransmission"`     // the flight ended with the server's retransmission
 	LowerBound        bool    `json:"lower_bound"`        // the response ended inside the flight: IW >= Segments
+	Method            string  `json:"method"`             // "cleartext" or "tls" (see the note)
 	Note              string  `json:"note,omitempty"`
 }
 
@@ -122,9 +123,7 @@ func (p *Prober) MeasureIW(ctx context.Context, env *rawEnv, protos []string, co
 	}
 	tHandshake := time.Now()
 	rtt := rttMicros(nc)
-	// Session tickets follow the handshake by one RTT; let them arrive and be acknowledged (the
-	// request acknowledges everything received anyway).
-	time.Sleep(max(20*time.Millisecond, time.Duration(4*rtt)*time.Microsecond))
+	time.Sleep(settleTime(rtt))
 	if err := env.filter.Drop(lport, int(dst.Port())); err != nil {
 		return nil, fmt.Errorf("ack filter: %w", err)
 	}
@@ -139,13 +138,27 @@ func (p *Prober) MeasureIW(ctx context.Context, env *rawEnv, protos []string, co
 		return nil, err
 	}
 	f := analyzeFlight(pkts, startSeq)
-	return iwResult(f, p.MSS, rtt, hs, contentLength), nil
+	r := iwResult(f, p.MSS, rtt, hs, contentLength)
+	r.Method = "cleartext"
+	if !p.Plain {
+		r.Method = "tls"
+		if hs > 0 && r.Note == "" {
+			r.Note = fmt.Sprintf("the TLS handshake delivered %d server segments first: a server that grows its window on every ACK (BBR) shows IW + %d, CUBIC/Reno show IW when it is at least twice their largest flight; --plain on a cleartext port is exact", hs, hs)
+		}
+	}
+	return r, nil
 }
 
-// collectFlight reads the connection's packets: those before tReq belong to the handshake (the
-// larger of its two server flights, before and after the handshake completed, is returned), the rest
-// until the first retransmission (or iwWait, or maxFlightSegments) is the response flight, which
-// starts at startSeq.
+// settleTime is how long the probe waits between the handshake and the request: the session
+// tickets follow the handshake by one RTT and should arrive and be acknowledged first (the request
+// acknowledges everything received anyway).
+func settleTime(rttUS float64) time.Duration {
+	return max(20*time.Millisecond, 4*time.Duration(rttUS)*time.Microsecond)
+}
+
+// collectFlight reads the connection's packets: those before tReq belong to the handshake (their
+// segments are counted), the rest until the first retransmission (or iwWait, or maxFlightSegments)
+// is the response flight, which starts at startSeq.
 func collectFlight(capt *capture, tHandshake, tReq time.Time) (pkts []segment, handshake int, startSeq uint32, err error) {
 	var hsBefore, hsAfter, counted int
 	var high uint32
@@ -185,7 +198,7 @@ func collectFlight(capt *capture, tHandshake, tReq time.Time) (pkts []segment, h
 		high = s.Seq + uint32(s.Payload)
 		counted += s.segs()
 	}
-	return pkts, max(hsBefore, hsAfter), startSeq, nil
+	return pkts, hsBefore + hsAfter, startSeq, nil
 }
 
 func iwResult(f flight, clientMSS int, rtt float64, handshake int, contentLength int64) *IWResult {
@@ -203,11 +216,6 @@ func iwResult(f flight, clientMSS int, rtt float64, handshake int, contentLength
 		r.Note = fmt.Sprintf("counting stopped at %d segments", maxFlightSegments)
 	case !f.retrans:
 		r.Note = "the server did not retransmit within the wait; the count is what arrived"
-	case handshake > 0 && f.segments < 3*handshake:
-		// Linux grows cwnd in slow start only when cwnd < 2 x the packets in flight: a handshake
-		// flight of H segments may have added up to H to an initial window below 2H.
-		r.Note = fmt.Sprintf("the TLS handshake sent up to %d segments at once: an initial window below %d would have grown by up to %d before the response",
-			handshake, 2*handshake, handshake)
 	}
 	return r
 }

@@ -60,6 +60,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from tailor.demo.cli import add_parser as _add_demo
 
     _add_demo(sub)
+    from tailor.probe import add_parser as _add_probe
+
+    _add_probe(sub)
     return p
 
 
@@ -75,10 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     try:  # building the parser imports the registry: a missing spec/ or data/ (tailor.paths) is one error line
         args = _build_parser().parse_args(argv)
         return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table, "study": _study, "testbed": _testbed,
-                "manager": _manager, "demo": _demo}[args.command](args, argv)
+                "manager": _manager, "demo": _demo, "probe": _probe}[args.command](args, argv)
     except TailorError as err:
         print(f"tailor: error: {err}", file=sys.stderr)
         return 2
+
+
+def _probe(args, argv) -> int:
+    from tailor.probe import run_probe
+
+    return run_probe(args)
 
 
 def _evaluate(args, argv) -> int:

@@ -54,6 +54,10 @@ type Config struct {
 	ManagerCA            string // PEM CA bundle for https:// table and telemetry URLs; default "" (system roots)
 	MaxHeaderBytes       int    // HTTP/1 header bound; default 64 KiB (HTTP/2: see max_header_list_size)
 	MaxBeaconBytes       int64  // beacon body bound; default 16 KiB
+
+	Metrics     string // HOST:PORT of the read-only Prometheus /metrics listener; default "" (off)
+	GeoIPASN    string // MaxMind-format ASN database (GeoLite2-ASN); default "" (no asn in telemetry)
+	GeoIPRegion string // MaxMind-format City or Country database; default "" (no region in telemetry)
 }
 
 func (c *Config) withDefaults() Config {

@@ -37,7 +37,9 @@ type ConnState struct {
 	Device       string // from the JA4 through the device map; "unknown" when unmapped
 	TableVersion int64
 	DecideNs     int64   // time spent classifying + resolving
-	HandshakeRTT float64 // ms: TCP_INFO rtt at the ClientHello (TCP; read only with telemetry or an OnDecision hook) or QUIC's smoothed RTT after the handshake; 0 = not measured
+	HandshakeRTT float64 // ms: TCP_INFO rtt at the ClientHello (TCP; read only with telemetry, --metrics or an OnDecision hook) or QUIC's smoothed RTT after the handshake; 0 = not measured
+	ASN          int64   // from --geoip-asn (looked up only with telemetry or an OnDecision hook); 0 = unknown
+	Region       string  // "CC" or "CC-SUB" from --geoip-region; "" = unknown
 }
 
 // listener wraps accepted sockets in *Conn; with Config.Static it applies
@@ -78,10 +80,13 @@ func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	if !ok {
 		return st.Conf.TLS, nil
 	}
+	if s.geo != nil && (s.sink != nil || s.OnDecision != nil) {
+		st.ASN, st.Region = s.geo.Lookup(st.Addr)
+	}
 	// one RawConn.Control for the TCP_INFO read and the socket knobs
 	var errs []error
 	var err error
-	if rtt := s.sink != nil || s.OnDecision != nil; rtt || s.cfg.ApplySocket {
+	if rtt := s.sink != nil || s.OnDecision != nil || s.metrics != nil; rtt || s.cfg.ApplySocket {
 		err = control(c.Conn, func(fd int) {
 			if rtt {
 				st.HandshakeRTT = tcpInfoRTT(fd)
@@ -97,6 +102,11 @@ func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 			errs = []error{err}
 		}
 		s.socketDone(errs)
+	}
+	if m := s.metrics; m != nil {
+		m.decided("tcp", st)
+		m.device("tcp", st.Device)
+		m.handshakeRTT("tcp", st.HandshakeRTT)
 	}
 	if s.OnDecision != nil {
 		s.OnDecision(c, st)
@@ -169,6 +179,9 @@ func (s *Server) socketDone(errs []error) {
 	if len(errs) > 0 {
 		s.Socket.Failed.Add(int64(len(errs)))
 		s.Socket.LastErr.Store(errs[0].Error())
+		if s.metrics != nil {
+			s.metrics.applyFailed(errs)
+		}
 	}
 }
 

@@ -118,6 +118,12 @@ func (s *Server) quicConfigForClient(info *quic.ClientInfo) (*quic.Config, error
 	st := &ConnState{Addr: addr, Device: UnknownDevice, TableVersion: plan.Table.Version}
 	st.Decision = plan.Decide(rules.Conn{Addr: addr}, rand.Uint64())
 	st.DecideNs = time.Since(start).Nanoseconds()
+	if s.geo != nil && (s.sink != nil || s.onQUIC.Load() != nil) {
+		st.ASN, st.Region = s.geo.Lookup(addr)
+	}
+	if s.metrics != nil {
+		s.metrics.decided("quic", st)
+	}
 	qc := &quicConn{start: start}
 	qc.state.Store(st)
 	s.pendingQUIC.Store(info, qc)
@@ -152,6 +158,9 @@ func (s *Server) quicClientHello(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	}
 	st.Device = s.devices.Device(st.JA4)
 	qc.state.Store(&st)
+	if s.metrics != nil {
+		s.metrics.device("quic", st.Device)
+	}
 	return nil, nil
 }
 
@@ -165,6 +174,9 @@ func (s *Server) h3ConnContext(ctx context.Context, c *quic.Conn) context.Contex
 	st := *qc.state.Load()
 	st.HandshakeRTT = float64(c.ConnectionStats().SmoothedRTT.Microseconds()) / 1000
 	qc.state.Store(&st)
+	if s.metrics != nil {
+		s.metrics.handshakeRTT("quic", st.HandshakeRTT)
+	}
 	if s.connRecords() {
 		s.watchQUIC(qc, c)
 	}

@@ -43,6 +43,10 @@ func (s *Server) stateRecord(st *ConnState, kind string) telemetry.Record {
 	if st.HandshakeRTT > 0 {
 		rec.HandshakeRttMs = telemetry.Ptr(st.HandshakeRTT)
 	}
+	if st.ASN > 0 {
+		rec.ASN = telemetry.Ptr(st.ASN)
+	}
+	rec.Region = st.Region
 	return rec
 }
 

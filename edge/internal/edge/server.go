@@ -16,8 +16,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/http2"
 
+	"github.com/tailor-project/tailor/edge/internal/geoip"
 	"github.com/tailor-project/tailor/edge/internal/knobs"
-
 	"github.com/tailor-project/tailor/edge/internal/rules"
 	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
@@ -34,7 +34,13 @@ type Server struct {
 	root   *os.Root       // --root, opened once (handler.go)
 	client *http.Client   // to the manager: tables and telemetry (--manager-ca)
 
-	refused atomic.Int64 // tables refused (tables.go)
+	refused     atomic.Int64 // tables refused (tables.go)
+	loads       atomic.Int64 // tables installed
+	fetchErrors atomic.Int64 // table fetches that failed (not refusals)
+	installedAt atomic.Int64 // unix ns of the last installation
+
+	metrics *edgeMetrics // nil without --metrics (metrics.go)
+	geo     *geoip.DB    // nil without --geoip-asn/--geoip-region
 
 	Socket     SocketStats                  // setsockopt outcomes
 	Sanitized  SanitizeStats                // client strings ignored (SNI out of bounds)
@@ -74,17 +80,55 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	if err := s.setupTLS(); err != nil {
+	s.sink = newSink(cfg, s.client, s.Log)
+	if err := s.setupGeoIP(); err != nil {
 		return nil, err
+	}
+	if err := s.setupRest(); err != nil {
+		_ = s.geo.Close()
+		if s.metrics != nil {
+			_ = s.metrics.srv.Close()
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// setupRest opens --metrics first (its counters hook into the TLS
+// configurations), then TLS, HTTP and the first table.
+func (s *Server) setupRest() (err error) {
+	if s.cfg.Metrics != "" {
+		if s.metrics, err = s.newMetrics(s.cfg.Metrics); err != nil {
+			return err
+		}
+	}
+	if err := s.setupTLS(); err != nil {
+		return err
 	}
 	if err := s.setupHTTP(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := s.setupTables(); err != nil {
-		return nil, err
+	return s.setupTables()
+}
+
+// setupGeoIP opens --geoip-asn and --geoip-region; a missing or corrupt
+// file is one error naming the flag.
+func (s *Server) setupGeoIP() error {
+	if s.cfg.GeoIPASN == "" && s.cfg.GeoIPRegion == "" {
+		return nil
 	}
-	s.sink = newSink(cfg, s.client, s.Log)
-	return s, nil
+	db, err := geoip.Open(s.cfg.GeoIPASN, s.cfg.GeoIPRegion)
+	var oe *geoip.OpenError
+	if errors.As(err, &oe) {
+		flag := map[string]string{"asn": "--geoip-asn", "region": "--geoip-region"}[oe.Which]
+		return fmt.Errorf("%w: %s %s: %v", ErrConfig, flag, oe.Path, oe.Err)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	s.geo = db
+	s.Log.Printf("edge: geoip: %s", db.Type())
+	return nil
 }
 
 func (s *Server) setupTLS() error {
@@ -94,6 +138,9 @@ func (s *Server) setupTLS() error {
 	}
 	s.base = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: alpnH11}
 	s.base.GetConfigForClient = s.configForClient
+	if s.metrics != nil { // every configuration is cloned from base: all count handshakes
+		s.base.VerifyConnection = s.metrics.verifyConnection
+	}
 	return nil
 }
 
@@ -205,7 +252,10 @@ func (s *Server) Close() error {
 	if s.root != nil {
 		_ = s.root.Close()
 	}
-	return err
+	if s.metrics != nil {
+		_ = s.metrics.srv.Close()
+	}
+	return errors.Join(err, s.geo.Close())
 }
 
 func (s *Server) startBackground(ctx context.Context) {

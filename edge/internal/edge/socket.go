@@ -76,7 +76,7 @@ func (o SocketOpts) setAll(fd int, nodelayOn bool) []error {
 	var errs []error
 	keep := func(name string, err error) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%w: %s: %v", ErrSocket, name, err))
+			errs = append(errs, &SocketError{Option: name, Knob: optionKnobs[name], Err: err})
 		}
 	}
 	if o.Congestion != "" {
@@ -99,6 +99,21 @@ func (o SocketOpts) setAll(fd int, nodelayOn bool) []error {
 	}
 	return errs
 }
+
+// SocketError is one failed setsockopt; it matches ErrSocket and its errno.
+type SocketError struct {
+	Option string // e.g. TCP_CONGESTION
+	Knob   string // the registry knob it applies, e.g. tcp.congestion_control
+	Err    error
+}
+
+func (e *SocketError) Error() string   { return fmt.Sprintf("%v: %s: %v", ErrSocket, e.Option, e.Err) }
+func (e *SocketError) Unwrap() []error { return []error{ErrSocket, e.Err} }
+
+// optionKnobs names the knob behind each option setAll sets.
+var optionKnobs = map[string]string{"TCP_CONGESTION": "tcp.congestion_control", "SO_SNDBUF": "tcp.sndbuf_bytes",
+	"SO_RCVBUF": "tcp.rcvbuf_bytes", "SO_MAX_PACING_RATE": "tcp.max_pacing_rate_bps",
+	"TCP_NOTSENT_LOWAT": "tcp.notsent_lowat_bytes", "TCP_NODELAY": "tcp.nodelay"}
 
 func boolInt(b bool) int {
 	if b {

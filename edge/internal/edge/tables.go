@@ -39,6 +39,8 @@ func (s *Server) Reload(ctx context.Context) error {
 	if err != nil {
 		if errors.Is(err, rules.ErrRefused) {
 			s.refused.Add(1)
+		} else {
+			s.fetchErrors.Add(1)
 		}
 		return fmt.Errorf("%w: %s: %w", ErrTable, s.cfg.Table, err)
 	}
@@ -70,6 +72,8 @@ func (s *Server) install(t *rules.Table) error {
 		}
 	}
 	s.plan.Store(p)
+	s.loads.Add(1)
+	s.installedAt.Store(time.Now().UnixNano())
 	s.Log.Printf("edge: applied table version %d (%d configs, %d groups, %d rules)", t.Version, len(t.Configs), len(t.Groups), len(t.Rules))
 	return nil
 }

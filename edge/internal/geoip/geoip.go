@@ -37,6 +37,16 @@ type Stats struct {
 	Errors        atomic.Int64 // lookups that failed (a corrupt data section)
 }
 
+// OpenError is a database that could not be opened.
+type OpenError struct {
+	Which string // "asn" or "region"
+	Path  string
+	Err   error
+}
+
+func (e *OpenError) Error() string   { return fmt.Sprintf("%v: %s: %s: %v", ErrGeoIP, e.Which, e.Path, e.Err) }
+func (e *OpenError) Unwrap() []error { return []error{ErrGeoIP, e.Err} }
+
 // Open opens the ASN database at asnPath and the region database at
 // regionPath ("" = not configured). The error says which one failed and
 // why: missing, not a MaxMind DB, or a database of the other kind.
@@ -45,13 +55,13 @@ func Open(asnPath, regionPath string) (*DB, error) {
 	var err error
 	if asnPath != "" {
 		if d.asn, err = open(asnPath, "an ASN", "City", "Country"); err != nil {
-			return nil, fmt.Errorf("%w: asn: %w", ErrGeoIP, err)
+			return nil, &OpenError{Which: "asn", Path: asnPath, Err: err}
 		}
 	}
 	if regionPath != "" {
 		if d.region, err = open(regionPath, "a City or Country", "ASN", "ISP"); err != nil {
 			_ = d.Close()
-			return nil, fmt.Errorf("%w: region: %w", ErrGeoIP, err)
+			return nil, &OpenError{Which: "region", Path: regionPath, Err: err}
 		}
 	}
 	return d, nil
@@ -63,13 +73,13 @@ func Open(asnPath, regionPath string) (*DB, error) {
 func open(path, want string, refuse ...string) (*maxminddb.Reader, error) {
 	r, err := maxminddb.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	typ := r.Metadata.DatabaseType
 	for _, other := range refuse {
 		if strings.Contains(typ, other) {
 			_ = r.Close()
-			return nil, fmt.Errorf("%s: is a %q database; want %s database", path, typ, want)
+			return nil, fmt.Errorf("is a %q database; want %s database", typ, want)
 		}
 	}
 	return r, nil

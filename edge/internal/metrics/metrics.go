@@ -143,7 +143,7 @@ func TableAge(now time.Time, generatedAt float64, installedAt time.Time) float64
 	if generatedAt > 0 {
 		return max(float64(now.UnixNano())/1e9-generatedAt, 0)
 	}
-	if installedAt.IsZero() {
+	if installedAt.UnixNano() <= 0 {
 		return 0
 	}
 	return now.Sub(installedAt).Seconds()

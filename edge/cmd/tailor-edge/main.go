@@ -77,6 +77,9 @@ func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err 
 	fs.IntVar(&c.TelemetryBufferBytes, "telemetry-buffer-bytes", 16<<20, "telemetry buffer bound in (estimated) encoded bytes; beyond it records are dropped and counted")
 	fs.StringVar(&c.TablePubKey, "table-pubkey", "", "PEM file of Ed25519 public keys (PKIX); every table must carry a signature by one of them (URL: X-Tailor-Signature, file: PATH.sig)")
 	fs.StringVar(&c.ManagerCA, "manager-ca", "", "PEM CA bundle to verify https:// --table and --telemetry URLs (default: system roots)")
+	fs.StringVar(&c.Metrics, "metrics", "", "HOST:PORT for a read-only Prometheus /metrics listener (bind it to loopback or a management network; default off)")
+	fs.StringVar(&c.GeoIPASN, "geoip-asn", "", "MaxMind-format ASN database (GeoLite2-ASN): asn in telemetry records")
+	fs.StringVar(&c.GeoIPRegion, "geoip-region", "", "MaxMind-format City or Country database (GeoLite2-City/-Country): region (CC or CC-SUB) in telemetry records")
 	fs.StringVar(&prof, "cpuprofile", "", "write a pprof CPU profile (500 Hz) of the whole run to this file at shutdown (benchmarking)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -101,6 +104,9 @@ func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err 
 	}
 	if _, port, err := net.SplitHostPort(c.Listen); err != nil || port == "" {
 		return c, prof, fmt.Errorf("--listen %q: want HOST:PORT", c.Listen)
+	}
+	if _, port, err := net.SplitHostPort(c.Metrics); c.Metrics != "" && (err != nil || port == "") {
+		return c, prof, fmt.Errorf("--metrics %q: want HOST:PORT", c.Metrics)
 	}
 	if t := c.Telemetry; t != "" && t != "-" && !strings.HasPrefix(t, "http://") && !strings.HasPrefix(t, "https://") {
 		return c, prof, fmt.Errorf("--telemetry %q: want an http(s) URL or -", t)
@@ -130,7 +136,8 @@ func startCPUProfile(path string) (stop func() error, err error) {
 
 func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "usage: tailor-edge --listen HOST:PORT --root DIR [--upstream URL] [--cert F --key F | --self-signed]")
-	fmt.Fprintln(w, "                   [--table PATH_OR_URL] [--telemetry URL|-] [--quic] [--device-map F] ...")
+	fmt.Fprintln(w, "                   [--table PATH_OR_URL] [--telemetry URL|-] [--quic] [--device-map F]")
+	fmt.Fprintln(w, "                   [--metrics HOST:PORT] [--geoip-asn F] [--geoip-region F] ...")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)
@@ -155,6 +162,9 @@ func run(cfg edge.Config, prof string) error {
 	log.Printf("tailor-edge: serving https://%s table version %d", ln.Addr(), s.Plan().Table.Version)
 	if cfg.QUIC {
 		log.Printf("tailor-edge: HTTP/3 over QUIC on udp %s", ln.Addr())
+	}
+	if a := s.MetricsAddr(); a != "" {
+		log.Printf("tailor-edge: metrics on http://%s/metrics", a)
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

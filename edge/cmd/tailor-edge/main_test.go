@@ -67,6 +67,10 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"--root", root, "--self-signed", "--table", badTable}, "decision table field"},
 		{[]string{"--root", root, "--self-signed", "--upstream", "not a url"}, "--upstream"},
 		{[]string{"--root", root, "--self-signed", "stray"}, `unexpected argument "stray"`},
+		{[]string{"--root", root, "--self-signed", "--metrics", "9100"}, `--metrics "9100": want HOST:PORT`},
+		{[]string{"--root", root, "--self-signed", "--metrics", "256.0.0.1:9100"}, "--metrics 256.0.0.1:9100"},
+		{[]string{"--root", root, "--self-signed", "--geoip-asn", filepath.Join(root, "none.mmdb")}, "--geoip-asn " + filepath.Join(root, "none.mmdb")},
+		{[]string{"--root", root, "--self-signed", "--geoip-region", badTable}, "--geoip-region " + badTable},
 	}
 	for _, c := range cases {
 		cmd := exec.Command(binary, c.args...)

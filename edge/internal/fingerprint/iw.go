@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"os"
 	"time"
 )
 
@@ -183,9 +182,6 @@ func collectFlight(capt *capture, tHandshake, tReq time.Time) (pkts []segment, h
 			continue
 		}
 		pkts = append(pkts, s)
-		if debugFlight {
-			fmt.Fprintf(os.Stderr, "flight %d.%06d seq=%d len=%d gso=%d flags=%x\n", s.At.Unix(), s.At.Nanosecond()/1000, s.Seq, s.Payload, s.GSOSize, s.Flags)
-		}
 		if s.Payload == 0 {
 			continue
 		}
@@ -219,5 +215,3 @@ func iwResult(f flight, clientMSS int, rtt float64, handshake int, contentLength
 	}
 	return r
 }
-
-var debugFlight = os.Getenv("TAILOR_PROBE_DEBUG") != ""

@@ -21,7 +21,7 @@ import (
 const usage = `usage:
   tailor-agent run [--table FILE|URL] [--telemetry-out FILE|- | --telemetry-url URL] [--cgroup PATH]
                    [--pin DIR] [--full-address] [--poll DUR] [--table-pubkey F] [--manager-ca F]
-                   [--telemetry-buffer-bytes N] [-- server command...]
+                   [--telemetry-buffer-bytes N] [--metrics HOST:PORT] [-- server command...]
   tailor-agent check TABLE        validate and compile a table, print what the TCP layer applies
   tailor-agent cleanup --pin DIR [--cgroup PATH]
   tailor-agent bench lpm|conn [flags]   (see bench/agent/run.sh)
@@ -68,6 +68,7 @@ func runCmd(args []string) error {
 	fs.StringVar(&cfg.ManagerCA, "manager-ca", "", "PEM CA bundle to verify https:// --table and --telemetry-url URLs (default: system roots)")
 	fs.IntVar(&cfg.TelemetryBufferBytes, "telemetry-buffer-bytes", 16<<20, "telemetry buffer bound in (estimated) encoded bytes")
 	fs.BoolVar(&cfg.NoTrackRate, "no-track-rate", false, "do not track the max delivery rate (RTT_CB)")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "HOST:PORT for a read-only Prometheus /metrics listener (bind it to loopback or a management network; default off)")
 	_ = fs.Parse(args)
 	if cfg.TelemetryOut != "" && cfg.TelemetryURL != "" {
 		return errors.New("use one of --telemetry-out and --telemetry-url")

@@ -54,6 +54,9 @@ type Config struct {
 	CostHist bool
 	// NoTelemetry disables the close-time events entirely. Default false.
 	NoTelemetry bool
+	// Metrics is the HOST:PORT of a read-only Prometheus /metrics listener.
+	// Default "" (off).
+	Metrics string
 	// Log receives human-readable status lines. Default os.Stderr.
 	Log io.Writer
 }

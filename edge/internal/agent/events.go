@@ -38,6 +38,9 @@ func (a *Agent) ReadEvents(ctx context.Context, sink telemetry.Sink) error {
 		default:
 			a.received.Add(1)
 			if r, ok := a.record(rec.RawSample, boot); ok {
+				if m := a.metrics.Load(); m != nil {
+					m.observe(&r)
+				}
 				sink.Add(r)
 				pending++
 			}

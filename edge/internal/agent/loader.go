@@ -38,6 +38,13 @@ type Agent struct {
 	lastErr error
 
 	received atomic.Int64 // events read from the ring buffer
+
+	metrics          atomic.Pointer[agentMetrics] // nil without --metrics (metrics.go)
+	tableLoads       atomic.Int64                 // tables installed by Refresh
+	tableRejections  atomic.Int64                 // tables refused
+	tableFetchErrors atomic.Int64                 // fetches that failed (not refusals)
+	installedAt      atomic.Int64                 // unix ns of the last installation
+	generatedAt      atomic.Uint64                // math.Float64bits of its generated_at
 }
 
 // Open checks prerequisites, loads the program (reusing pinned maps), and

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tailor-project/tailor/edge/internal/metrics"
 	"github.com/tailor-project/tailor/edge/internal/rules"
 	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
@@ -75,11 +76,22 @@ func Run(ctx context.Context, cfg Config, argv []string) error {
 	if sink == nil {
 		sink = discard{}
 	}
+	var ms *metrics.Server
+	if cfg.Metrics != "" { // before loading anything: a taken port is an early, clear error
+		if ms, err = metrics.Listen(cfg.Metrics); err != nil {
+			return fmt.Errorf("%w: %v", ErrAgent, err)
+		}
+		defer ms.Close()
+	}
 	a, err := Open(cfg)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	if ms != nil {
+		a.RegisterMetrics(ms.Registry, sink)
+		fmt.Fprintf(a.cfg.Log, "tailor-agent: metrics on http://%s%s\n", ms.Addr(), metrics.Path)
+	}
 	stop, err := a.Start(ctx, sink)
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -75,7 +76,7 @@ UNKNOWN = Place()
 class Enricher:
     """Address -> :class:`Place` from the configured databases (either may be None).
 
-    Not thread-safe (the LRU): the manager calls it from its update cycle only.
+    Thread-safe: the manager's update cycle and its dashboard both look up (one lock; a lookup is microseconds).
     """
 
     def __init__(self, asn_db: str | None = None, region_db: str | None = None, cache_size: int = MAX_CACHE,
@@ -86,6 +87,7 @@ class Enricher:
         self.cache_size = cache_size
         self._cache: OrderedDict[str, Place] = OrderedDict()
         self.counts = dict.fromkeys(COUNTERS, 0)
+        self._lock = threading.Lock()
 
     @property
     def configured(self) -> bool:
@@ -105,10 +107,16 @@ class Enricher:
         """The place of ``addr`` (an address, or a prefix: its network address); UNKNOWN when nothing is known."""
         if not self.configured:
             return UNKNOWN
+        with self._lock:
+            return self._lookup(addr)
+
+    def _lookup(self, addr: str) -> Place:
         self.counts["lookups"] += 1
         try:
             ip = ipaddress.ip_address(addr.split("/", 1)[0])
-        except ValueError:  # includes a zoned IPv6 address
+            if getattr(ip, "scope_id", None):  # fe80::1%eth0: a zone means nothing beyond one host's link
+                raise ValueError(addr)
+        except ValueError:
             self.counts["bad_address"] += 1
             return UNKNOWN
         if ip.version == 6 and ip.ipv4_mapped is not None:  # a dual-stack socket's view of an IPv4 client
@@ -173,6 +181,10 @@ class Enricher:
             self._cache.popitem(last=False)
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         for reader in (self._asn, self._region):
             if reader is not None:
                 reader.close()
@@ -224,7 +236,7 @@ def write_mmdb(path: str, database_type: str, records: dict[str, dict]) -> None:
     """Write a MaxMind-format database (IPv6 tree holding IPv4 too) mapping each network (CIDR) to its record,
     with the ``mmdb-writer`` package. Integers are written as uint32, as GeoLite2 stores ASNs."""
     try:
-        from mmdb_writer import MMDBWriter, MmdbU32
+        from mmdb_writer import MMDBWriter, MmdbU32, MmdbU64
         from netaddr import IPSet
     except ImportError as err:
         raise ParameterError(f"writing a MaxMind database needs the 'mmdb-writer' package ({err}); "
@@ -235,7 +247,9 @@ def write_mmdb(path: str, database_type: str, records: dict[str, dict]) -> None:
             return {k: typed(v) for k, v in value.items()}
         if isinstance(value, list):
             return [typed(v) for v in value]
-        return MmdbU32(value) if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else value
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return MmdbU32(value) if value < 1 << 32 else MmdbU64(value)
+        return value
 
     writer = MMDBWriter(ip_version=6, ipv4_compatible=True, database_type=database_type,
                         description=f"{database_type} written by tailor")

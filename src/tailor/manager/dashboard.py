@@ -1,7 +1,8 @@
 """The dashboard (``GET /``): one server-rendered HTML page with inline SVG plots, no external assets.
 
 Shows the published table (version, origin, holdback), every group's greedy configuration and its
-probability with the evidence against the holdback, improvement vs holdback over time (overall and
+probability with the evidence against the holdback, the ISPs (ASNs) and regions of the group's clients
+(:func:`group_places`), improvement vs holdback over time (overall and
 for the busiest groups), and the recent table versions with the audit reasons. Refreshes every 10 s.
 """
 
@@ -16,6 +17,12 @@ from tailor.manager.guardrails import greedy
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 TOP_GROUPS = 8
 MAX_ROWS = 60
+PLACES_WINDOW = 100_000  # the group -> ASN/region columns read this many of the most recent records
+PLACES_SQL = """
+SELECT "group", client_prefix, asn, region, count(*) FROM telemetry
+WHERE "group" IS NOT NULL AND seq > (SELECT coalesce(max(seq), 0) FROM telemetry) - ?
+GROUP BY ALL ORDER BY count(*) DESC LIMIT 20000
+"""
 CSS = """body{font:14px system-ui,sans-serif;margin:20px;color:#222;background:#fff}h1{font-size:20px}
 h2{font-size:16px;margin-top:24px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;
 text-align:left}th{background:#eef}.num{text-align:right;font-variant-numeric:tabular-nums}.kv span{margin-right:18px}
@@ -63,9 +70,32 @@ def line_chart(series: dict[str, list[tuple[float, float]]], title: str, width=6
     return head + "".join(body) + "</svg>"
 
 
+def group_places(mgr) -> dict[str, dict[str, dict]]:
+    """Group -> {"asn": {label: records}, "region": {region: records}} over the most recent records: each
+    record's own asn/region, else the manager's databases' (as the feed resolves them), else "?" (unknown)."""
+    out: dict[str, dict[str, dict]] = {}
+    for group, prefix, asn, region, n in mgr.store.query(PLACES_SQL, [PLACES_WINDOW]):
+        place = mgr.enricher.lookup(prefix)  # cached per /24; UNKNOWN without databases
+        asn, region = asn or place.asn, region or place.region
+        org = place.org if place.asn == asn else ""
+        label = (f"AS{asn} {org[:40]}".rstrip() if asn else "?")
+        counts = out.setdefault(group, {"asn": {}, "region": {}})
+        counts["asn"][label] = counts["asn"].get(label, 0) + n
+        counts["region"][region or "?"] = counts["region"].get(region or "?", 0) + n
+    return out
+
+
+def _shares(counts: dict[str, int], top: int = 3) -> str:
+    total = sum(counts.values())
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{k} {v / total:.0%}" for k, v in ranked[:top])
+    return text + (f", +{len(ranked) - top} more" if len(ranked) > top else "")
+
+
 def _group_table(mgr) -> str:
     doc, guard, space = mgr.current.doc, mgr.guard, mgr.space
     labels = {c.id: space.label(i) for i, c in enumerate(space.configs)}
+    places = group_places(mgr)
     rows = []
     for g in doc["groups"]:
         best = greedy(g["choices"])
@@ -74,11 +104,14 @@ def _group_table(mgr) -> str:
         rows.append((treated.n, g["id"], best, p, len(g["choices"]), hold.n if hold else 0, guard.improvement(g["id"]),
                      ", ".join(sorted(guard.blocked.get(g["id"], {})))))
     rows.sort(key=lambda r: (-r[0], r[1]))
-    out = ["<table><tr><th>group</th><th>configuration (greedy)</th><th>p</th><th>choices</th><th>treated n</th>"
+    out = ["<table><tr><th>group</th><th>clients' ASN</th><th>clients' region</th><th>configuration (greedy)</th>"
+           "<th>p</th><th>choices</th><th>treated n</th>"
            "<th>holdback n</th><th>improvement vs holdback</th><th>rolled back</th></tr>"]
     for n, gid, best, p, k, hn, imp, blocked in rows[:MAX_ROWS]:
         cls = "good" if imp == imp and imp > 0 else "bad" if imp == imp and imp < 0 else ""
-        out.append(f"<tr><td>{escape(gid)}</td><td>{escape(labels.get(best, best))} <small>{best}</small></td>"
+        where = places.get(gid, {"asn": {}, "region": {}})
+        out.append(f"<tr><td>{escape(gid)}</td><td>{escape(_shares(where['asn']))}</td>"
+                   f"<td>{escape(_shares(where['region']))}</td><td>{escape(labels.get(best, best))} <small>{best}</small></td>"
                    f'<td class="num">{p:.3f}</td><td class="num">{k}</td><td class="num">{n}</td><td class="num">{hn}</td>'
                    f'<td class="num {cls}">{pct(imp)}</td><td class="bad">{escape(blocked)}</td></tr>')
     more = f"<p>{len(rows) - MAX_ROWS} more groups not shown.</p>" if len(rows) > MAX_ROWS else ""
@@ -118,8 +151,20 @@ def _summary(mgr) -> str:
              "table version": cur.version, "origin": cur.origin, "override": override,
              "holdback": f"{cur.doc.get('holdback', 0):.2f}", "groups": len(cur.doc["groups"]),
              "rules": len(cur.doc["rules"]), "records accepted": value(m.records), "rejected": value(m.rejected),
-             "dropped": value(m.dropped), "stored": mgr.store.telemetry_count(), "prefixes": len(mgr.archive)}
+             "dropped": value(m.dropped), "stored": mgr.store.telemetry_count(), "prefixes": len(mgr.archive),
+             "geoip": _geoip(mgr)}
     return '<p class="kv">' + "".join(f"<span><b>{escape(k)}</b>: {escape(str(v))}</span>" for k, v in items.items()) + "</p>"
+
+
+def _geoip(mgr) -> str:
+    """Which databases enrich clients, and how their lookups went (invalid values are counted, not used)."""
+    loaded = mgr.enricher.describe()
+    if not loaded:
+        return "none (ASN and region only from the records)"
+    c = mgr.enricher.counts
+    dbs = ", ".join(f"{k} {v['type']}" for k, v in loaded.items())
+    invalid = c["asn_invalid"] + c["region_invalid"] + c["subdivision_invalid"] + c["bad_address"]
+    return f"{dbs}; {c['lookups']} lookups, {c['cache_hits']} cached, {invalid} invalid values"
 
 
 def render_dashboard(mgr) -> str:

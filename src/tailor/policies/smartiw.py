@@ -23,6 +23,7 @@ from tailor.policies.base import Context, Decision, Outcome, Policy, register
 from tailor.space import ConfigSpace, Configuration
 
 IW = "tcp.initial_cwnd"
+MAX_SLIDES = 1000  # learning iterations caught up in one plan (a window crosses a ladder in far fewer)
 _FLOAT01 = (lambda v: isinstance(v, float) and 0.0 < v < 1.0, "a float in (0, 1)")
 _POS = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a number > 0")
 _POS_INT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1")
@@ -224,10 +225,15 @@ class SmartIWPolicy(Policy):
     # -- slow loop: one learning iteration every iteration_s, regrouping every regroup_s
     def _plan(self, now: float) -> None:
         self._now = now
-        while now >= self._next_iteration:
-            for learner in self._learners.values():
-                learner.slide(self._step_up, self._step_down)
-            self._next_iteration += self.iteration_s
+        if now >= self._next_iteration:
+            # live (the manager), time is the wall clock: the first plan comes ~3e6 iterations after 0, a restart may
+            # come days after the last one; catch up at most MAX_SLIDES iterations and step the iteration clock in one
+            # go (the simulator plans every update period, a few iterations at most: it never reaches the cap)
+            steps = int((now - self._next_iteration) // self.iteration_s) + 1
+            for _ in range(min(steps, MAX_SLIDES)):
+                for learner in self._learners.values():
+                    learner.slide(self._step_up, self._step_down)
+            self._next_iteration += steps * self.iteration_s
         if self.grouping and now >= self._next_regroup:
             self._regroup(now)
             self._next_regroup = now + self.regroup_s
@@ -248,7 +254,7 @@ class SmartIWPolicy(Policy):
         series = self._data.window(first, end)
         self._grouping = build_groups(series, self._data.meta, self._requirement, self._requirement.jitter_of)
         live = set(self._grouping.members)
-        self._learners = {g: l for g, l in self._learners.items() if g in live}
+        self._learners = {g: learner for g, learner in self._learners.items() if g in live}
         self._data.prune(first)
 
     # -- decision tables (the IW Table of §V-A): one IW per group, longest-prefix rules per subnet

@@ -52,7 +52,9 @@ func registerSink(reg prometheus.Registerer, sink telemetry.Sink) {
 	if !ok {
 		return
 	}
-	q := func(f func(telemetry.QueueStats) int64) func() float64 { return func() float64 { return float64(f(st.Stats())) } }
+	q := func(f func(telemetry.QueueStats) int64) func() float64 {
+		return func() float64 { return float64(f(st.Stats())) }
+	}
 	metrics.CounterFunc(reg, "tailor_agent_telemetry_records_sent_total", "Telemetry records shipped (accepted by the manager, or written).", q(func(x telemetry.QueueStats) int64 { return x.Sent }))
 	metrics.CounterFunc(reg, "tailor_agent_telemetry_records_dropped_total", "Telemetry records lost: buffer bound, invalid, or refused by the manager.", q(func(x telemetry.QueueStats) int64 { return x.Dropped }))
 	metrics.GaugeFunc(reg, "tailor_agent_telemetry_records_pending", "Telemetry records buffered.", func() float64 { return float64(st.Stats().Pending) })

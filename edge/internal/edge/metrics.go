@@ -76,7 +76,9 @@ func (s *Server) registerScraped(reg prometheus.Registerer) {
 	metrics.CounterFunc(reg, "tailor_edge_socket_applied_total", "Connections whose setsockopt knobs were applied.", func() float64 { return float64(s.Socket.Applied.Load()) })
 	metrics.CounterFunc(reg, "tailor_edge_sni_ignored_total", "Client SNIs outside the schema's bounds, treated as absent.", func() float64 { return float64(s.Sanitized.SNI.Load()) })
 	if st, ok := s.sink.(interface{ Stats() telemetry.QueueStats }); ok {
-		q := func(f func(telemetry.QueueStats) int64) func() float64 { return func() float64 { return float64(f(st.Stats())) } }
+		q := func(f func(telemetry.QueueStats) int64) func() float64 {
+			return func() float64 { return float64(f(st.Stats())) }
+		}
 		metrics.CounterFunc(reg, "tailor_edge_telemetry_records_sent_total", "Telemetry records shipped (accepted by the manager, or written with --telemetry -).", q(func(x telemetry.QueueStats) int64 { return x.Sent }))
 		metrics.CounterFunc(reg, "tailor_edge_telemetry_records_dropped_total", "Telemetry records lost: buffer bound, invalid, or refused by the manager.", q(func(x telemetry.QueueStats) int64 { return x.Dropped }))
 		metrics.CounterFunc(reg, "tailor_edge_telemetry_records_invalid_total", "Of the dropped records: those that broke the schema.", q(func(x telemetry.QueueStats) int64 { return x.Invalid }))

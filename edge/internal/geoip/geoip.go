@@ -44,7 +44,9 @@ type OpenError struct {
 	Err   error
 }
 
-func (e *OpenError) Error() string   { return fmt.Sprintf("%v: %s: %s: %v", ErrGeoIP, e.Which, e.Path, e.Err) }
+func (e *OpenError) Error() string {
+	return fmt.Sprintf("%v: %s: %s: %v", ErrGeoIP, e.Which, e.Path, e.Err)
+}
 func (e *OpenError) Unwrap() []error { return []error{ErrGeoIP, e.Err} }
 
 // Open opens the ASN database at asnPath and the region database at

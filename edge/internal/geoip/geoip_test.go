@@ -72,3 +72,27 @@ func TestOpenErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLookup: the per-connection cost of both lookups (a hit in each).
+func BenchmarkLookup(b *testing.B) {
+	dir := b.TempDir()
+	var asns []geoiptest.ASN
+	var regions []geoiptest.Region
+	for i := range 200 {
+		n := netip.AddrFrom4([4]byte{10, byte(i), 0, 0}).String() + "/16"
+		asns = append(asns, geoiptest.ASN{Network: n, Number: uint32(64512 + i), Org: "Org"})
+		regions = append(regions, geoiptest.Region{Network: n, Country: "US", Sub: "CA"})
+	}
+	db, err := geoip.Open(geoiptest.WriteASN(b, dir, asns...), geoiptest.WriteCity(b, dir, regions...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	a := netip.MustParseAddr("10.77.1.2")
+	b.ReportAllocs()
+	for b.Loop() {
+		if asn, _ := db.Lookup(a); asn == 0 {
+			b.Fatal("no asn")
+		}
+	}
+}

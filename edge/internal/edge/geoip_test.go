@@ -49,7 +49,10 @@ func TestGeoIPEnrichesRecords(t *testing.T) {
 	m, err := metrics.Scrape("http://" + s.MetricsAddr() + metrics.Path)
 	must(t, err)
 	for name, want := range map[string]float64{"tailor_edge_geoip_lookups_total": 4, "tailor_edge_geoip_asn_found_total": 3,
-		"tailor_edge_geoip_region_found_total": 3, "tailor_edge_geoip_invalid_region_total": 1} {
+		"tailor_edge_geoip_region_found_total": 3, "tailor_edge_geoip_invalid_region_total": 1,
+		// QUIC is counted too: its decision, its handshake (h3), its device and RTT
+		"tailor_edge_decisions_total": 4, "tailor_edge_handshakes_total": 4, "tailor_edge_handshake_rtt_seconds_count": 4,
+		"tailor_edge_connections_by_device_total": 4} {
 		if got := m.Value(name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}

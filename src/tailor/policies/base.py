@@ -56,7 +56,7 @@ class Policy(ABC):
         check(0.0 <= holdback < 1.0, type(self).__name__, "holdback", "in [0, 1)", holdback)
         self.seed = seed
         self.holdback = holdback
-        for key, value in params.items():
+        for key in params:
             if key not in self.parameters:
                 raise ParameterError(f"{type(self).__name__} has no parameter {key!r}; known: {sorted(self.parameters)}")
         for key, (default, ok, rule) in self.parameters.items():

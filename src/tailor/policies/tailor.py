@@ -98,7 +98,8 @@ SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - 
 MAX_CLIENTS = 200_000  # clients whose offsets are kept (least recently seen forgotten first)
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 
-_FLOAT = lambda lo, hi: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi)
+def _FLOAT(lo, hi):
+    return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
 
 
 

@@ -305,7 +305,7 @@ def _session_lines(s: Session) -> list[str]:
     head = {"id": s.session_id, "client": c.client_id, "prefix": c.prefix, "asn": c.asn, "region": c.region,
             "device": c.device, "access": c.access, "start": float(s.start_s), "buffer": float(cond.buffer_bdp)}
     out = ["", syntax.format_line("session", head)]
-    for t, b, r, l in zip(cond.t_s, cond.bw_mbps, cond.rtt_ms, cond.loss):
-        out.append(syntax.format_line("net", {"t": float(t), "bw": float(b), "rtt": float(r), "loss": float(l)}))
+    for t, b, r, p in zip(cond.t_s, cond.bw_mbps, cond.rtt_ms, cond.loss):
+        out.append(syntax.format_line("net", {"t": float(t), "bw": float(b), "rtt": float(r), "loss": float(p)}))
     out += [syntax.format_line("load", {"t": float(t), "site": site}) for t, site in s.loads]
     return out

@@ -150,10 +150,10 @@ def retry_missing(todo: list, attempt_run, store: Store, on_row) -> None:
             return
         good: set[str] = set()
 
-        def keep(row: dict) -> None:
+        def keep(row: dict) -> None:  # called only during this attempt's run
             on_row(row)
             if row["ok"]:
-                good.add(row["key"])
+                good.add(row["key"])  # noqa: B023
 
         run = attempt_run(todo, attempt, keep)
         store.append_run({**run, "attempt": attempt})

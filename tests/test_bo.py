@@ -235,7 +235,8 @@ def test_expected_improvement_stays_finite_for_wide_posteriors():
     from scipy import integrate, stats
 
     for k, (m, sd) in enumerate([(7.0, 40.0), (7.0, 1.0)]):  # E[max(b - e^Y, 0)] by quadrature
-        ref = integrate.quad(lambda y: (900.0 - np.exp(y)) * stats.norm.pdf(y, m, sd), m - 12 * sd, np.log(900.0))[0]
+        ref = integrate.quad(lambda y, m=m, sd=sd: (900.0 - np.exp(y)) * stats.norm.pdf(y, m, sd), m - 12 * sd,
+                             np.log(900.0))[0]
         assert ei[k] == pytest.approx(ref, rel=1e-4)
 
 

@@ -362,7 +362,7 @@ def test_edge_decisions_follow_the_decision_rule(tmp_path, www, procs, capsys):
     port = url.rsplit(":", 1)[1]
     clients = [f"127.{1 + i % 3}.{i // 250}.{i % 250 + 2}" for i in range(360)]
     deadline = time.monotonic() + 240
-    for rnd in range(3):
+    for _round in range(3):
         for addr in clients:
             assert time.monotonic() < deadline, "too slow"
             with httpx.Client(transport=httpx.HTTPTransport(local_address=addr, verify=False),

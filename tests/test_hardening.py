@@ -220,7 +220,7 @@ def test_overflowing_ratios_reach_no_learner_and_learning_continues(tmp_path):
     with TestClient(app) as c:
         assert c.post("/v1/telemetry", content=batch(huge), headers=ED).status_code == 202
         s = mgr.run_cycle(now=T0 + 2000)
-        for prefix, h in mgr.archive.items(T0 + 2000):
+        for _prefix, h in mgr.archive.items(T0 + 2000):
             assert h.goodput_mbps <= 1e6 and h.goodput_mbps == h.goodput_mbps
         assert c.post("/v1/telemetry", content=batch([record(100 + i) for i in range(200)]), headers=ED).status_code == 202
         s = mgr.run_cycle(now=T0 + 2100)

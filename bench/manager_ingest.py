@@ -136,9 +136,9 @@ def bench_publication(tmp: str, rounds: int) -> dict:
         for k in range(rounds):
             version, result = c.get("/v1/table").json()["version"], {}
 
-            def poll():
-                result["r"] = w.get(f"/v1/table?wait=30&version={version}")
-                result["t"] = time.perf_counter()
+            def poll():  # runs and is joined within this round, so the round's version and result are the ones bound
+                result["r"] = w.get(f"/v1/table?wait=30&version={version}")  # noqa: B023
+                result["t"] = time.perf_counter()  # noqa: B023
 
             th = threading.Thread(target=poll)
             th.start()

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("target", metavar="HOST[:PORT]", help="the server (port 443 by default); only your own hosts")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.add_argument("--i-own-this-host", action="store_true",
-                   help="allow a target that is not loopback, private (RFC 1918/ULA) or local")
+                   help="allow a target that is neither loopback nor on a link of this host (a server you operate)")
     p.add_argument("--sni", default=None, help="TLS server name and Host header")
     p.add_argument("--path", default=None, help="object fetched for the initial window (larger than IW x MSS)")
     p.add_argument("--plain", action="store_true", help="the target speaks cleartext HTTP/1.1 (exact initial window)")

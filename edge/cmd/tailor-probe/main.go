@@ -81,7 +81,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usage("%v", err)
 	}
-	if err := fingerprint.CheckOwnHost(target.Addr.Addr(), fingerprint.LocalAddrs(), *own); err != nil {
+	if err := fingerprint.CheckOwnHost(target.Addr.Addr(), fingerprint.LocalPrefixes(), *own); err != nil {
 		return usage("%v", err)
 	}
 	if *sni == "" && target.Name != target.Addr.Addr().String() {

@@ -9,7 +9,7 @@ import (
 )
 
 func TestCheckOwnHost(t *testing.T) {
-	local := []netip.Addr{netip.MustParseAddr("198.51.100.10")}
+	local := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("10.77.0.0/30")}
 	for _, tc := range []struct {
 		addr string
 		own  bool
@@ -17,18 +17,18 @@ func TestCheckOwnHost(t *testing.T) {
 	}{
 		{"127.0.0.1", false, true},
 		{"::1", false, true},
-		{"10.1.2.3", false, true},
-		{"172.16.0.1", false, true},
-		{"192.168.255.254", false, true},
-		{"fd00::1", false, true},
-		{"::ffff:10.0.0.1", false, true},
-		{"198.51.100.10", false, true}, // assigned to this host
+		{"198.51.100.10", false, true}, // on a link of this host
+		{"10.77.0.2", false, true},     // a namespace behind a veth
+		{"::ffff:10.77.0.1", false, true},
+		{"10.77.0.5", false, false},       // private, but behind a gateway
+		{"192.168.255.254", false, false}, // private, not ours
+		{"fd00::1", false, false},
 		{"8.8.8.8", false, false},
-		{"172.32.0.1", false, false}, // just outside 172.16/12
-		{"100.64.0.1", false, false}, // CGNAT is not RFC 1918
+		{"100.64.0.1", false, false},
 		{"169.254.1.1", false, false},
 		{"2001:db8::1", false, false},
 		{"8.8.8.8", true, true},
+		{"10.1.2.3", true, true},
 	} {
 		err := CheckOwnHost(netip.MustParseAddr(tc.addr), local, tc.own)
 		if (err == nil) != tc.ok {

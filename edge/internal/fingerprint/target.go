@@ -12,7 +12,7 @@ import (
 
 // ErrNotOwnHost is returned for a target that is neither loopback, private (RFC 1918, ULA) nor
 // assigned to this host, when the operator did not state that they own it.
-var ErrNotOwnHost = errors.New("not a loopback, private (RFC 1918/ULA) or local address")
+var ErrNotOwnHost = errors.New("not this host's own address")
 
 // Target is the address the probe measures and the name it sends as SNI and Host.
 type Target struct {
@@ -57,30 +57,35 @@ func ParseTarget(ctx context.Context, hostport string) (Target, error) {
 }
 
 // CheckOwnHost refuses addresses outside the operator's reach unless iOwnIt: the probe withholds
-// acknowledgements and leaves half-open connections, which is fine on one's own servers only.
-func CheckOwnHost(a netip.Addr, local []netip.Addr, iOwnIt bool) error {
+// acknowledgements and leaves half-open connections, which is fine on one's own servers only. Allowed
+// without the flag: loopback, and addresses inside a prefix assigned to one of this host's interfaces
+// (the host itself and what sits on its directly connected links, e.g. a namespace behind a veth). A private
+// (RFC 1918/ULA) address reached through a gateway is someone's network, not necessarily the operator's.
+func CheckOwnHost(a netip.Addr, local []netip.Prefix, iOwnIt bool) error {
 	a = a.Unmap()
-	if iOwnIt || a.IsLoopback() || a.IsPrivate() {
+	if iOwnIt || a.IsLoopback() {
 		return nil
 	}
-	for _, l := range local {
-		if l.Unmap() == a {
+	for _, p := range local {
+		if p.Contains(a) {
 			return nil
 		}
 	}
-	return fmt.Errorf("target %s: %w; pass --i-own-this-host to probe a server you operate", a, ErrNotOwnHost)
+	return fmt.Errorf("target %s: %w (neither loopback nor on a link of this host); pass --i-own-this-host to "+
+		"probe a server you operate", a, ErrNotOwnHost)
 }
 
-// LocalAddrs lists the addresses assigned to this host's interfaces (in the current namespace).
-func LocalAddrs() []netip.Addr {
+// LocalPrefixes lists the prefixes assigned to this host's interfaces (in the current namespace): the
+// addresses with their on-link subnets.
+func LocalPrefixes() []netip.Prefix {
 	ifaddrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil
 	}
-	var out []netip.Addr
+	var out []netip.Prefix
 	for _, ia := range ifaddrs {
 		if p, err := netip.ParsePrefix(ia.String()); err == nil {
-			out = append(out, p.Addr().Unmap())
+			out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
 		}
 	}
 	return out

@@ -313,10 +313,10 @@ def _push(host: Host, tokens: dict, table: dict) -> int:
     return json.loads(res.stdout)["version"]
 
 
-def _metric(host: Host, name: str) -> float:
-    text = host.curl("http://127.0.0.1:8470/metrics").stdout
-    m = re.search(rf"^{name} ([0-9.e+]+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
+def _metric(host: Host, name: str, port: int = 8470) -> float:
+    """A metric's value summed over its label sets (0 when absent) from the /metrics on ``port``."""
+    text = host.curl(f"http://127.0.0.1:{port}/metrics").stdout
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M))
 
 
 def _veth(host: Host) -> None:
@@ -384,6 +384,10 @@ def _step_one(host: Host, tokens: dict) -> None:
               lambda: _metric(host, "tailor_ingest_records_total") - before >= REQUESTS, 30)
     time.sleep(1.0)
     assert _metric(host, "tailor_ingest_records_total") - before == REQUESTS  # one per connection, no more
+    # the agent's own /metrics (the unit's --metrics): one decision per connection closed, by group and config
+    host.wait("the agent's decisions in its /metrics",
+              lambda: _metric(host, "tailor_agent_decisions_total", 9465) >= REQUESTS, 15)
+    assert _metric(host, "tailor_agent_decisions_total", 9465) == REQUESTS
     dash = host.curl("-u", f"operator:{tokens['operator']}", "http://127.0.0.1:8470/")
     assert dash.returncode == 0 and "deploy-clients" in dash.stdout
     host.stop("agent")
@@ -415,6 +419,7 @@ def _step_two(host: Host, tokens: dict) -> None:
         assert body.startswith(b"nginx app 127.0.0.1") if i % 2 else len(body) == 200_000
         alpn.append(version_seen)
     assert set(alpn) <= {"2", "1.1"} and "2" in alpn
+    assert _metric(host, "tailor_edge_decisions_total", 9464) == 24  # the edge's /metrics: one per connection
     host.wait("the edge's telemetry", lambda: _sources(host, tokens, "edge"), 30)
     world.steps.update(edge_version=version, alpn=alpn)
     for name in ("agent-front", "edge", "manager"):  # graceful: telemetry flushed, the store closed

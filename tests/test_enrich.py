@@ -223,3 +223,18 @@ def test_smartiw_forms_isp_groups_from_enriched_records_and_the_dashboard_shows_
         assert places["isp:NP/64513"] == {"asn": {"AS64513 Himal Mobile": 4}, "region": {"NP": 4}}
         html = render_dashboard(mgr)
         assert "AS64512 Cable West 100%" in html and "US-CA 100%" in html and "GeoLite2-ASN" in html
+
+
+def test_region_groups_reach_edges_that_see_no_device(tmp_path, dbs):
+    """Configanator grouping by region (classes=pop): tailor-agent's records carry no device, so only the per-prefix
+    rules without a device reach its connections; they are keyed by the enriched region too (found by the demo)."""
+    app = create_app(manager_cfg(tmp_path, dbs, policy_params=(("classes", "pop"),)))
+    prefixes = ["10.1.0.0/24", "10.1.3.0/24", "10.2.1.0/24", "10.9.0.0/24"]
+    with TestClient(app, headers=AUTH) as c:
+        post(c, [record(T0 + i, p, p.replace(".0/24", f".{i + 2}")) for i in range(20) for p in prefixes])
+        mgr = app.state.manager
+        mgr.run_cycle(now=T0 + 30)
+        mgr.run_cycle(now=T0 + 31)
+        plain = {r["prefix"]: r["group"] for r in mgr.current.doc["rules"] if "device" not in r and "sni" not in r}
+    assert plain["10.1.0.0/24"] == plain["10.1.3.0/24"] == "pop:US-CA|" and plain["10.2.1.0/24"] == "pop:NP|"
+    assert plain.get("10.9.0.0/24") in (None, "pop:|")  # not in the databases: the unknown region's class

@@ -146,6 +146,12 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
         for extra in link["client_ips"][1:]:
             ip("-n", link["ns"], "addr", "add", f"{extra}/32", "dev", f"tdc{i}")
 
+    # the client prefixes' ISPs and regions, as MaxMind databases the manager reads (the agent's records carry none)
+    from tailor.demo.geoip import write_databases
+
+    asn_db, region_db, geo = write_databases(world.workdir, {x["name"]: x["prefix"] for x in links}, args.seed)
+    _log("client prefixes placed: " + ", ".join(f"{g} {p['prefix']} AS{p['asn']} {p['region']}" for g, p in geo.items()))
+
     # manager
     from tailor.manager.testing import free_port
 
@@ -157,6 +163,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
                             "--data", str(out / "manager"), "--policy", args.policy, "--space", SPACE,
                             "--allowed", ALLOWED, "--update-freq", "0", "--holdback", "0.2",
                             "--explore-budget", str(args.explore_budget), "--seed", str(args.seed),
+                            "--geoip-asn", str(asn_db), "--geoip-region", str(region_db),
                             *[f"--policy-param={x}" for x in _policy_params(args)]], env)
     _wait_http(murl + "/healthz", 60, world)
     _log(f"manager up at {murl}")
@@ -203,6 +210,9 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     audit = client.get(murl + "/v1/audit?limit=200").json()
     metrics = client.get(murl + "/metrics").text
     table = client.get(murl + "/v1/table").json()
+    dashboard = client.get(murl + "/")
+    if dashboard.status_code == 200:
+        (out / "dashboard.html").write_text(dashboard.text)
     shot = _screenshot(murl, token, out, world.workdir)
     client.close()
     for p in world.procs:  # agent (and its edge), then the manager: graceful, so telemetry and state are flushed
@@ -246,6 +256,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
         "metrics": {k: v for k, v in _prom(metrics).items() if k.startswith("tailor_")},
         "screenshot": str(shot) if shot else None,
         "decision_audit": decisions,
+        "geoip": geo,
         "groups": [],
     }
     for x in links:

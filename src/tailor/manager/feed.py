@@ -154,6 +154,7 @@ class Feeder:
         self.space = policy.space
         self._index = {c.id: i for i, c in enumerate(self.space.configs)}
         self._clients: dict[tuple, ClientInfo] = {}
+        self._places: dict[str, tuple[int, str]] = {}  # prefix -> (asn, region) of its latest record's client
 
     def _client(self, prefix: str, addr: str | None, device: str, asn: int | None, region: str | None) -> ClientInfo:
         key = (prefix, addr, device, asn, region)
@@ -166,7 +167,19 @@ class Feeder:
                 place = self.enricher.lookup(cid)
                 asn, region = asn or place.asn, region or place.region
             info = self._clients[key] = ClientInfo(cid, prefix, asn or 0, region or "", device, "")
+        if len(self._places) > 200_000:
+            self._places.clear()
+        self._places[prefix] = (info.asn, info.region)
         return info
+
+    def place_of(self, prefix: str) -> tuple[int, str]:
+        """(asn, region) of a prefix's clients for the edge rules (:func:`tailor.table.add_edge_rules`): what its
+        records resolved to (a restart starts afresh), else the databases' answer for its network address."""
+        place = self._places.get(prefix)
+        if place is None and self.enricher is not None:
+            found = self.enricher.lookup(prefix)
+            place = (found.asn, found.region)
+        return place or (0, "")
 
     def feed(self, rows, resolver=None) -> FeedReport:
         report = FeedReport()

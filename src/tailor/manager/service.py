@@ -167,7 +167,8 @@ class Manager:
             return pub.Published.of(doc, origin)
         now = self.clock()
         self.policy.plan(now, compile=False)
-        table, _ = apply_guardrails(compile_table(self.policy, now, 1, self.archive), self.guard, self.guard_cfg, self.knobs)
+        table, _ = apply_guardrails(compile_table(self.policy, now, 1, self.archive, self.feeder.place_of), self.guard,
+                                    self.guard_cfg, self.knobs)
         self.current = None
         published = self._publish(table, "policy", "manager", "publish", "initial table", now)
         self.snapshot()
@@ -352,7 +353,7 @@ class Manager:
         self.fed_seq = max(self.fed_seq, report.last_seq)
         events = check_rollbacks(self.guard, self.guard_cfg, self.current.doc["default"])
         self.policy.plan(now, compile=False)
-        planned = compile_table(self.policy, now, 1, self.archive)
+        planned = compile_table(self.policy, now, 1, self.archive, self.feeder.place_of)
         self.feeder.policy_groups = {g["id"] for g in planned["groups"]}
         table, notes = apply_guardrails(planned, self.guard, self.guard_cfg, self.knobs)
         notes += pub.enforce_budget(table, self.cfg.max_rules)

@@ -214,13 +214,13 @@ def _check_rules(doc: dict, groups: set[str]) -> None:
         keys.add(key)
 
 
-def compile_table(policy, now: float, version: int = 1, archive=None) -> dict:
+def compile_table(policy, now: float, version: int = 1, archive=None, place_of=None) -> dict:
     """The decision table a policy publishes, validated: what the manager serves (before its guardrails)
     and what the simulator's table mode applies -- one function for both.
 
     From the policy's ``table_groups()`` and ``table_rules()``, its holdback and its cohort salt; with
     ``archive`` (the prefix archive of telemetry history), :func:`add_edge_rules` adds the rules real
-    edges can match.
+    edges can match (``place_of``: prefix -> (asn, region) of its clients, for policies that group by them).
     """
     space = policy.space
     groups, rules = policy.table_groups(), policy.table_rules()
@@ -235,7 +235,7 @@ def compile_table(policy, now: float, version: int = 1, archive=None) -> dict:
     if policy.cohort_salt:  # None only in policies pickled before cohorts existed: per-connection draws
         doc["salt"] = policy.cohort_salt
     if archive is not None:
-        add_edge_rules(doc, policy, archive, now)
+        add_edge_rules(doc, policy, archive, now, place_of)
     return validate_table(doc, schema=False)
 
 
@@ -254,7 +254,7 @@ def _known_only(rules: list[dict]) -> list[dict]:
     return out
 
 
-def add_edge_rules(table: dict, policy, archive, now: float) -> int:
+def add_edge_rules(table: dict, policy, archive, now: float, place_of=None) -> int:
     """Add, per archived prefix, a rule without ``device`` and ``sni`` for the group the policy puts a
     connection of unknown device and website in (``policy.group_of``, no side effects).
 
@@ -262,7 +262,9 @@ def add_edge_rules(table: dict, policy, archive, now: float) -> int:
     TCP-only telemetry: tailor-agent ignores every rule with ``sni`` or ``device`` (the TCP layer sees
     neither) and tailor-edge has no device map, so without these fallbacks a learned group never
     reaches a connection (found by the namespace demo). Device- or SNI-specific rules still win where
-    they match (the most specific rule of the longest prefix wins). Only groups of the table are used;
+    they match (the most specific rule of the longest prefix wins). The connection's ASN and region are
+    ``place_of(prefix)`` (the manager: what its telemetry and databases say, :mod:`tailor.enrich`), else
+    unknown, so a group keyed by region or ISP reaches its prefixes too. Only groups of the table are used;
     returns the number of rules added.
     """
     from tailor.context import Context
@@ -274,7 +276,8 @@ def add_edge_rules(table: dict, policy, archive, now: float) -> int:
     for prefix, h in archive.items(now):
         if h is None or (prefix, None, None) in have:
             continue
-        client = ClientInfo(prefix.split("/", 1)[0], prefix, 0, "", "", "")
+        asn, region = place_of(prefix) if place_of is not None else (0, "")
+        client = ClientInfo(prefix.split("/", 1)[0], prefix, asn, region, "", "")
         group = policy.group_of(Context(now, prefix, client, "", h.rtt_ms, h))
         if group in groups:
             table["rules"].append({"prefix": prefix, "group": group})

@@ -410,7 +410,7 @@ def _step_two(host: Host, tokens: dict) -> None:
     host.wait("the table at tailor-edge", lambda: f"version {version}" in edge.log.read_text(errors="replace"), 30)
     alpn = []
     for i in range(24):
-        path = "/app/x" if i % 2 else "/obj.bin"  # proxied to nginx / served from --root
+        path = "/app/x" if i % 2 else "/obj.bin"  # both proxied to nginx: a location and a file of its root
         res = host.curl("-k", "--http2", "--interface", CLIENTS[i % len(CLIENTS)], "-o", str(host.tmp / "body"),
                         "-w", "%{http_code} %{http_version}", f"https://{SERVER_IP}{path}", ns=host.cli)
         code, version_seen = res.stdout.split()

@@ -54,7 +54,7 @@ func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err 
 	fs := flag.NewFlagSet("tailor-edge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:8443", "HOST:PORT to serve HTTPS on (TCP; with --quic also UDP)")
-	fs.StringVar(&c.Root, "root", "", "directory of static files (required)")
+	fs.StringVar(&c.Root, "root", "", "directory of static files (required without --upstream; with it, only regular files are served from here)")
 	fs.StringVar(&c.Upstream, "upstream", "", "reverse-proxy URL for paths not under --root")
 	fs.StringVar(&c.CertFile, "cert", "", "PEM certificate")
 	fs.StringVar(&c.KeyFile, "key", "", "PEM private key")

@@ -59,7 +59,7 @@ func TestCLIBadInput(t *testing.T) {
 		{[]string{"--listen=nohostport", "--root", root, "--self-signed"}, `--listen "nohostport": want HOST:PORT`},
 		{[]string{"--telemetry=ftp://x", "--root", root, "--self-signed"}, "--telemetry"},
 		{[]string{"--quic=maybe"}, "-quic"},
-		{[]string{"--self-signed"}, "--root is required"},
+		{[]string{"--self-signed"}, "--root or --upstream is required"},
 		{[]string{"--root", root}, "--cert/--key or --self-signed"},
 		{[]string{"--root", root, "--cert", "c.pem"}, "--cert and --key go together"},
 		{[]string{"--root", root, "--self-signed", "--device-map", filepath.Join(root, "none.json")}, "--device-map"},

@@ -23,7 +23,7 @@ var (
 // Config is the command line of tailor-edge.
 type Config struct {
 	Listen       string        // HOST:PORT; default "127.0.0.1:8443"
-	Root         string        // static file directory; required
+	Root         string        // static file directory; required without Upstream
 	Upstream     string        // reverse-proxy URL for paths not in Root; default "" (none)
 	CertFile     string        // PEM certificate; default "" (then SelfSigned is required)
 	KeyFile      string        // PEM key; default ""
@@ -91,8 +91,8 @@ func (c *Config) withDefaults() Config {
 
 func (c *Config) check() error {
 	switch {
-	case c.Root == "":
-		return fmt.Errorf("%w: --root is required", ErrConfig)
+	case c.Root == "" && c.Upstream == "":
+		return fmt.Errorf("%w: --root or --upstream is required", ErrConfig)
 	case c.SelfSigned == (c.CertFile != ""):
 		return fmt.Errorf("%w: give either --cert/--key or --self-signed", ErrConfig)
 	case (c.CertFile == "") != (c.KeyFile == ""):

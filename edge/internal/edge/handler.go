@@ -40,14 +40,19 @@ func (s *Server) handler() (http.Handler, error) {
 // content serves files under Root and proxies everything else to Upstream.
 // Files are read through an os.Root: no path (symlinks included) can
 // reach outside Root, and no path with a component starting with "."
-// (.git/config, .env) is served.
+// (.git/config, .env) is served. With an Upstream, the root serves regular
+// files only (a directory, "/" included, is the upstream's), and Root may be
+// empty: a pure reverse proxy in front of an existing server.
 func (s *Server) content() (http.Handler, error) {
-	root, err := os.OpenRoot(s.cfg.Root)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --root: %v", ErrConfig, err)
+	var files http.Handler
+	if s.cfg.Root != "" {
+		root, err := os.OpenRoot(s.cfg.Root)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --root: %v", ErrConfig, err)
+		}
+		s.root = root
+		files = drainBody(http.FileServerFS(noDotFS{root.FS()}))
 	}
-	s.root = root
-	files := drainBody(http.FileServerFS(noDotFS{root.FS()}))
 	if s.cfg.Upstream == "" {
 		return files, nil
 	}
@@ -67,7 +72,7 @@ func (s *Server) content() (http.Handler, error) {
 		w.WriteHeader(code)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.inRoot(r.URL.Path) {
+		if files != nil && s.inRoot(r.URL.Path) {
 			files.ServeHTTP(w, r)
 			return
 		}
@@ -156,8 +161,10 @@ func drainBody(next http.Handler) http.Handler {
 	})
 }
 
-// inRoot: p names a file the static root serves (through the os.Root, so
-// a symlink out of Root is not in it; dot paths are not either).
+// inRoot: p names a regular file the static root serves (through the
+// os.Root, so a symlink out of Root is not in it; dot paths are not either).
+// Directories are not: in front of an upstream, "/" and every directory are
+// the upstream's to answer (index pages, listings, redirects).
 func (s *Server) inRoot(p string) bool {
 	clean := strings.TrimPrefix(path.Clean("/"+p), "/")
 	if clean == "" {
@@ -166,8 +173,8 @@ func (s *Server) inRoot(p string) bool {
 	if hiddenPath(clean) {
 		return false
 	}
-	_, err := s.root.Stat(clean)
-	return err == nil
+	fi, err := s.root.Stat(clean)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // measure times each response and reports it (kind "response").

@@ -78,6 +78,12 @@ func startServer(t *testing.T, cfg Config, table []byte) (*Server, string) {
 		cfg.Table = filepath.Join(dir, "table.json")
 		must(t, os.WriteFile(cfg.Table, table, 0o644))
 	}
+	return serveConfig(t, cfg)
+}
+
+// serveConfig starts an edge with cfg as given (self-signed, hourly poll) on a loopback port.
+func serveConfig(t *testing.T, cfg Config) (*Server, string) {
+	t.Helper()
 	cfg.SelfSigned, cfg.Poll = true, time.Hour
 	s, err := New(cfg)
 	if err != nil {

@@ -183,6 +183,20 @@ func TestTableURLPolling(t *testing.T) {
 	}
 }
 
+// TestReverseProxyWithoutRoot: --upstream alone is a pure reverse proxy.
+func TestReverseProxyWithoutRoot(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("upstream " + r.URL.Path))
+	}))
+	defer up.Close()
+	_, addr := serveConfig(t, Config{Upstream: up.URL})
+	for _, p := range []string{"/", "/index.html", "/a/b"} {
+		if _, body := get(t, addr, "localhost", p); string(body) != "upstream "+p {
+			t.Errorf("%s: body %.40q", p, body)
+		}
+	}
+}
+
 // TestReverseProxy: files under Root are served, other paths go upstream.
 func TestReverseProxy(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -193,6 +207,7 @@ func TestReverseProxy(t *testing.T) {
 	cases := []struct{ path, want string }{
 		{"/data.bin", ""}, // from Root: 100000 zero bytes
 		{"/api/x", "upstream /api/x"},
+		{"/", "upstream /"}, // a directory (Root has index.html) is the upstream's
 	}
 	for _, c := range cases {
 		_, body := get(t, addr, "localhost", c.path)

@@ -238,3 +238,17 @@ def test_region_groups_reach_edges_that_see_no_device(tmp_path, dbs):
         plain = {r["prefix"]: r["group"] for r in mgr.current.doc["rules"] if "device" not in r and "sni" not in r}
     assert plain["10.1.0.0/24"] == plain["10.1.3.0/24"] == "pop:US-CA|" and plain["10.2.1.0/24"] == "pop:NP|"
     assert plain.get("10.9.0.0/24") in (None, "pop:|")  # not in the databases: the unknown region's class
+
+
+def test_demo_databases_place_each_group_in_its_own_scenario_isp_and_region(tmp_path):
+    from tailor.demo.geoip import ACCESS, write_databases
+
+    prefixes = {name: f"10.240.{i}.0/24" for i, name in enumerate(ACCESS, start=1)}
+    asn_db, region_db, placed = write_databases(tmp_path, prefixes, seed=0)
+    e = Enricher(str(asn_db), str(region_db))
+    for name, prefix in prefixes.items():
+        got = e.lookup(prefix.replace(".0/24", ".17"))
+        assert (got.asn, got.region) == (placed[name]["asn"], placed[name]["region"]) and 64512 <= got.asn <= 65534
+    assert len({p["region"] for p in placed.values()}) == len(prefixes)
+    assert len({p["asn"] for p in placed.values()}) == len(prefixes)
+    assert e.lookup("10.240.99.1") == UNKNOWN

@@ -12,7 +12,7 @@ import argparse
 import subprocess
 import sys
 
-from tailor.testbed.server import go_binary
+from tailor.paths import go_binary
 
 PROBE_TIMEOUT_S = 120  # every step of the binary is bounded (5 s each, 3.5 s SYN-ACK wait); this bounds the whole
 

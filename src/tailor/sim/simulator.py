@@ -42,12 +42,16 @@ class SimConfig:
     guard_explore_budget: float = MANAGER_DEFAULTS["explore_budget"]
     guard_min_improvement: float = MANAGER_DEFAULTS["min_improvement"]
     guard_rollback_alpha: float = MANAGER_DEFAULTS["rollback_alpha"]
+    # off: no PLT noise, observed = mode (Configanator-NoVari, App. F.7); the draw still happens, so every
+    # other draw of the world (measurement error, RTT jitter) is the same as with noise on
+    noise: bool = True
 
     def __post_init__(self):
         check(self.update_freq_s > 0, "SimConfig", "update_freq_s", "> 0", self.update_freq_s)
         check(self.update_latency_s >= 0, "SimConfig", "update_latency_s", ">= 0", self.update_latency_s)
         check(self.mode in ("online", "table"), "SimConfig", "mode", "'online' or 'table'", self.mode)
         check(self.guardrails in ("on", "off"), "SimConfig", "guardrails", "'on' or 'off'", self.guardrails)
+        check(isinstance(self.noise, bool), "SimConfig", "noise", "True or False", self.noise)
         if self.guardrails == "on":
             self.guard_config()  # GuardConfig checks the settings
             object.__setattr__(self, "mode", "table")  # guardrails act on the tables edges apply
@@ -120,6 +124,8 @@ class Simulator:
             handshake_rtt_ms=rtt * rng.uniform(1.0, 1.1, n), noise=rng.gamma(NOISE_SHAPE, 1.0, n),
             goodput_est=bw * rng.uniform(0.7, 1.0, n), loss_est=loss * rng.uniform(0.5, 1.5, n),
             histories=[None] * n, sessions=sessions, tensor=tensor)
+        if not self.config.noise:
+            world.noise = np.zeros(n)
         world.bytes = np.array([self.oracle.website(n).total_bytes for n in tensor.site_names])
         self._replay_archive(world, buf)
         self._fill_truth(world)

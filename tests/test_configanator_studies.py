@@ -11,7 +11,8 @@ from tailor.sim import SimConfig, Simulator
 NC_FIELDS = {"study", "label", "strategy", "classes", "spread", "spread_mode", "covered", "p50", "p95",
              "mean_improvement", "p95_plt_improvement", "degraded_share", "median_gap_to_optimal"}
 VAR_FIELDS = {"study", "label", "perf_memory", "proximity_loads", "proximity_median_group", "proximity_exploit",
-              "exploit_both_share", "optimal_share_noise", "optimal_share_novari", "p50_noise", "p50_novari"}
+              "exploit_both_share", "optimal_share_noise", "optimal_share_novari", "p50_noise", "p50_novari",
+              "plt_ratio_p50", "plt_ratio_mean", "plt_within_5pct"}
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,9 @@ def test_plt_variability_rows(var_rows):
         for key in ("proximity_loads", "proximity_median_group", "optimal_share_noise", "optimal_share_novari"):
             assert 0.0 <= row[key] <= 1.0
         assert row["proximity_loads"] < 1.0  # noise changes some decisions
+        assert 0.0 <= row["plt_within_5pct"] <= 1.0 and row["plt_ratio_p50"] > 0
+        # identical decisions cost nothing: the PLT proximity is at least the decision proximity
+        assert row["plt_within_5pct"] >= row["proximity_loads"] - 1e-12
 
 
 def test_studies_are_registered():

@@ -128,3 +128,22 @@ def test_bandit_arm_probabilities(small_scenario, oracle):
 def test_bad_parameter_is_a_house_error():
     with pytest.raises(ParameterError, match=r"The 'reward' parameter of ConfigSnobPolicy must be"):
         make_policy("config-snob", reward="mean")
+
+
+def test_pretreatment_covariates_do_not_see_the_connections_outcome():
+    """covariates='pretreatment' (issue 14): the causal step's rows are fixed before the configuration acts,
+    so two page loads with the same context but different outcomes give the same row; 'outcome' (the
+    default, kept for reproducibility) stores this connection's measured goodput/RTT (post-treatment)."""
+    from tailor.context import Decision, Outcome
+
+    space = ConfigSpace.named("core")
+    ctx, dec = _ctx(), Decision(space.default_index, 1.0, "g0", "exploit")
+    fast, slow = Outcome(100.0, 80.0, 31.0, 0.0, 200_000), Outcome(900.0, 2.0, 250.0, 0.05, 200_000)
+    for cov, same in (("pretreatment", True), ("outcome", False)):
+        policy = make_policy("config-snob", seed=0, covariates=cov).reset(space)
+        policy._observe(ctx, dec, fast)
+        policy._observe(ctx, dec, slow)
+        rows = policy._cols[policy._cov]
+        assert (rows[0] == rows[1]) is same
+    with pytest.raises(ParameterError):
+        make_policy("config-snob", covariates="after")

@@ -50,6 +50,10 @@ class ConfigSnobPolicy(Policy):
         "ci_samples": (3000, *_INT),  # ours: most recent samples the forest sees
         "group_samples": (600, *_INT),  # ours: most recent samples a group model sees
         "reward": ("site", lambda v: v in ("site", "bytes"), "'site' or 'bytes'"),
+        # causal step's covariates: 'outcome' = this connection's measured goodput/loss/RTT (post-treatment:
+        # the configuration changed them; the historical default), 'pretreatment' = the prefix archive's view
+        # before the connection + handshake RTT + response size (fixed before the configuration acts)
+        "covariates": ("outcome", lambda v: v in ("outcome", "pretreatment"), "'outcome' or 'pretreatment'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -70,6 +74,7 @@ class ConfigSnobPolicy(Policy):
         self._cycle = 0
         self._last_now = 0.0
         self._theta = np.zeros((0, 0))
+        self._cov = "x" if self.covariates == "outcome" else "pre"  # sample-store column the forest reads
 
     # -- per connection
     def _select(self, ctx: Context) -> Decision:
@@ -104,6 +109,7 @@ class ConfigSnobPolicy(Policy):
         c["log_ct"].append(math.log(max(outcome.completion_ms, 1e-3)))
         c["x"].append((*network_row(outcome.goodput_mbps, outcome.loss, outcome.rtt_ms),
                        math.log(max(outcome.bytes, 1))))
+        c["pre"].append(pretreatment_row(ctx, outcome.bytes))
         self._pending.append(len(c["config"]) - 1)
         ref = self._site_log.setdefault(ctx.website, [0, 0.0])
         ref[0], ref[1] = ref[0] + 1, ref[1] + c["log_ct"][-1]
@@ -151,7 +157,7 @@ class ConfigSnobPolicy(Policy):
     def _fit_ci(self, y: np.ndarray) -> None:
         n = min(len(y), self.ci_samples)
         if n:
-            X = np.asarray(self._cols["x"][-n:])
+            X = np.asarray(self._cols[self._cov][-n:])
             if self._ci.fit(X, np.asarray(self._cols["config"][-n:]), y[-n:]):
                 self._theta = np.zeros((0, self._ci.encode.matrix.shape[1]))
 
@@ -159,7 +165,7 @@ class ConfigSnobPolicy(Policy):
         """CATE coefficients of every stored sample, predicted once per sample and forest."""
         n, have = len(self._cols["x"]), len(self._theta)
         if self._ci.fitted and n > have:
-            self._theta = np.vstack([self._theta, self._ci.theta(np.asarray(self._cols["x"][have:]))])
+            self._theta = np.vstack([self._theta, self._ci.theta(np.asarray(self._cols[self._cov][have:]))])
 
     def _plan_groups(self, y: np.ndarray, touched: set) -> None:
         """Sufficient profiles -> K-means groups (steady or cold by configurations tried); insufficient
@@ -277,6 +283,16 @@ class ConfigSnobPolicy(Policy):
             if gid is not None:
                 return gid
         return None
+
+
+def pretreatment_row(ctx: Context, response_bytes: int) -> tuple:
+    """Causal covariates fixed before the configuration acts, in ``CANDIDATES`` order (log goodput, log1p
+    per-mille loss, log RTT, log bytes): the prefix archive's goodput and loss from earlier connections, the
+    handshake RTT of this one, and the response size (the website's, not the configuration's). A prefix
+    without history gets 1 Mbit/s and no loss (the forest only sees the handshake RTT and size there)."""
+    h = ctx.history
+    row = network_row(h.goodput_mbps if h else 1.0, h.loss if h else 0.0, ctx.handshake_rtt_ms)
+    return (*row, math.log(max(response_bytes, 1)))
 
 
 class AlphaGP(GPSurrogate):

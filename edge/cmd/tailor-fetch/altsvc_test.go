@@ -2,19 +2,13 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/quic-go/quic-go"
-
-	"github.com/tailor-project/tailor/edge/internal/edge"
 	"github.com/tailor-project/tailor/edge/internal/knobs"
 )
 
@@ -41,7 +35,7 @@ func TestAltSvcPerGroup(t *testing.T) {
 			map[string]any{"id": "h3-ok", "choices": []any{map[string]any{"config": id(on), "p": 1.0}}}},
 		"rules": []any{map[string]any{"prefix": "127.0.0.2/32", "group": "tcp-only"},
 			map[string]any{"prefix": "127.0.0.3/32", "group": "h3-ok"}}})
-	addr, decided := startEdgeWith(t, table)
+	addr, decided := serveEdge(t, table, make([]byte, 200000), false)
 	_, port, _ := net.SplitHostPort(addr)
 	url := "https://localhost:" + port + "/obj.bin"
 	advertised := `h3=":` + port + `"; ma=86400`
@@ -106,43 +100,4 @@ func TestAltSvcPerGroup(t *testing.T) {
 		t.Errorf("a QUIC connection (config %s) came from the group kept on TCP", got)
 	default:
 	}
-}
-
-// startEdgeWith serves obj.bin (200 000 bytes) with tailor-edge, HTTP/3 on,
-// under table; QUIC decisions go to the channel.
-func startEdgeWith(t *testing.T, table []byte) (string, chan string) {
-	t.Helper()
-	dir := t.TempDir()
-	root := filepath.Join(dir, "www")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "obj.bin"), make([]byte, 200000), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tablePath := filepath.Join(dir, "table.json")
-	if err := os.WriteFile(tablePath, table, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := edge.New(edge.Config{Root: root, SelfSigned: true, Table: tablePath, Poll: time.Hour, QUIC: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	decided := make(chan string, 16)
-	s.SetOnQUICDecision(func(_ *quic.Conn, st *edge.ConnState) { decided <- st.Config })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Error(err)
-		}
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return ln.Addr().String(), decided
 }

@@ -35,12 +35,19 @@ func startEdge(t *testing.T) (string, string, chan string) {
 		"default": reg.ConfigID(def), "configs": map[string]any{reg.ConfigID(def): def, tunedID: tuned},
 		"groups": []any{map[string]any{"id": "lo", "choices": []any{map[string]any{"config": tunedID, "p": 1.0}}}},
 		"rules":  []any{map[string]any{"prefix": "127.0.0.1/32", "group": "lo"}}})
+	addr, decided := serveEdge(t, table, bytes.Repeat([]byte("0123456789"), 20000), true)
+	return addr, tunedID, decided
+}
+
+// serveEdge serves body as obj.bin with tailor-edge (HTTP/3 on) on
+// 127.0.0.1:random under table; the QUIC decisions are sent to the channel.
+func serveEdge(t *testing.T, table, body []byte, applySocket bool) (string, chan string) {
+	t.Helper()
 	dir := t.TempDir()
 	root := filepath.Join(dir, "www")
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	body := bytes.Repeat([]byte("0123456789"), 20000)
 	if err := os.WriteFile(filepath.Join(root, "obj.bin"), body, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +56,7 @@ func startEdge(t *testing.T) (string, string, chan string) {
 		t.Fatal(err)
 	}
 	s, err := edge.New(edge.Config{Root: root, SelfSigned: true, Table: tablePath, Poll: time.Hour, QUIC: true,
-		ApplySocket: true})
+		ApplySocket: applySocket})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +76,7 @@ func startEdge(t *testing.T) (string, string, chan string) {
 			t.Error(err)
 		}
 	})
-	return ln.Addr().String(), tunedID, decided
+	return ln.Addr().String(), decided
 }
 
 func runFetch(t *testing.T, args ...string) (Result, int, string) {

@@ -90,17 +90,13 @@ func analyzeFlight(pkts []segment, startSeq uint32) flight {
 // MeasureIW fetches the probe's path over HTTP/1.1 on a connection whose MSS is p.MSS, with the
 // probe's ACKs dropped from the moment the request is written, and counts the server's flight.
 func (p *Prober) MeasureIW(ctx context.Context, env *rawEnv, protos []string, contentLength int64) (*IWResult, error) {
-	sock, err := newRawSocket(env.src, p.MSS)
+	sock, capt, err := p.open(env, p.MSS)
 	if err != nil {
 		return nil, err
 	}
 	defer sock.Close()
-	dst := p.Target.Addr
-	capt, err := openCapture(env.ifindex, env.l2, sock.local, dst)
-	if err != nil {
-		return nil, err
-	}
 	defer capt.Close()
+	dst := p.Target.Addr
 	if err := sock.connect(dst, stepTimeout); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,21 @@ type rawSocket struct {
 	local netip.AddrPort
 }
 
+// open is the socket of one raw measurement (MSS mss, 0 = the kernel's) and the capture of its
+// traffic with the target.
+func (p *Prober) open(env *rawEnv, mss int) (*rawSocket, *capture, error) {
+	sock, err := newRawSocket(env.src, mss)
+	if err != nil {
+		return nil, nil, err
+	}
+	capt, err := openCapture(env.ifindex, env.l2, sock.local, p.Target.Addr)
+	if err != nil {
+		sock.Close()
+		return nil, nil, err
+	}
+	return sock, capt, nil
+}
+
 // newRawSocket makes an IPv4 TCP socket bound to src with TCP_MAXSEG mss (0: the kernel's choice)
 // and SO_LINGER 0, so that closing it sends a RST and leaves no half-open state on the server.
 func newRawSocket(src netip.Addr, mss int) (*rawSocket, error) {

@@ -24,17 +24,13 @@ type SynAckResult struct {
 // It waits up to wait for the first retransmission and, if one comes, for the second up to twice
 // the first gap (capped at wait). Closing the socket sends a RST, which ends the server's request.
 func (p *Prober) MeasureSynAckRTO(env *rawEnv, wait time.Duration) (*SynAckResult, error) {
-	sock, err := newRawSocket(env.src, 0)
+	sock, capt, err := p.open(env, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer sock.Close()
-	dst := p.Target.Addr
-	capt, err := openCapture(env.ifindex, env.l2, sock.local, dst)
-	if err != nil {
-		return nil, err
-	}
 	defer capt.Close()
+	dst := p.Target.Addr
 	lport := int(sock.local.Port())
 	if err := env.filter.Drop(lport, int(dst.Port())); err != nil {
 		return nil, fmt.Errorf("ack filter: %w", err)

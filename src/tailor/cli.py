@@ -63,6 +63,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from tailor.probe import add_parser as _add_probe
 
     _add_probe(sub)
+    from tailor.oracle.cli import add_parser as _add_oracle
+
+    _add_oracle(sub)
     return p
 
 
@@ -78,10 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     try:  # building the parser imports the registry: a missing spec/ or data/ (tailor.paths) is one error line
         args = _build_parser().parse_args(argv)
         return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table, "study": _study, "testbed": _testbed,
-                "manager": _manager, "demo": _demo, "probe": _probe}[args.command](args, argv)
+                "manager": _manager, "demo": _demo, "probe": _probe, "oracle": _oracle}[args.command](args, argv)
     except TailorError as err:
         print(f"tailor: error: {err}", file=sys.stderr)
         return 2
+
+
+def _oracle(args, argv) -> int:
+    from tailor.oracle.cli import run
+
+    return run(args)
 
 
 def _probe(args, argv) -> int:

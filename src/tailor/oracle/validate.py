@@ -1,0 +1,150 @@
+"""``tailor oracle validate``: how well an oracle orders the configurations a testbed dataset measured.
+
+For every measured cell (condition x workload: one object size or one page) with at least ``MIN_CONFIGS``
+measured configurations, the oracle predicts the completion time of each of them at that cell's exact
+condition (bandwidth, RTT, loss, queue), and the prediction is compared with the measured medians:
+
+* ``rho``: Spearman's rank correlation of predicted and measured times over the cell's configurations;
+* ``agree``: whether the oracle's fastest configuration is the measured fastest;
+* ``cost``: measured time of the oracle's choice over the measured best, minus 1 (what trusting the oracle
+  costs in that cell);
+* ``log_error``: median over configurations of |ln(predicted / measured)| (the level, not only the order).
+
+Oracles:
+
+* ``model``: :class:`~tailor.oracle.model.ModelOracle`'s mechanics evaluated at the cell's condition. Nothing
+  of it is fitted to the dataset's times, so its in-sample figures are out-of-sample.
+* ``measured``: :class:`~tailor.oracle.measured.MeasuredOracle` with the cell's own condition left out of the
+  interpolation (leave-one-condition-out): at a measured condition it would return the measurement itself.
+
+QUIC cells (``<dataset>/quic``: QUIC transport parameters over HTTP/3) are counted, and reported as not
+covered: neither oracle answers QUIC transport parameters (``tailor knobs`` marks them refused).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from tailor.errors import OracleError
+from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space, _model_ms
+
+ORACLES = ("model", "measured")
+KINDS = ("objects", "pages", "quic")
+MIN_CONFIGS = 3  # a rank correlation over fewer configurations says nothing
+
+
+def _config_index(space, rows: pd.DataFrame) -> np.ndarray:
+    """Index in ``space.configs`` of each measured row's configuration (cc, iw, rto_min, http)."""
+    where = {(c["tcp.congestion_control"], int(c["tcp.initial_cwnd"]), int(c["tcp.rto_min_ms"]),
+              str(c["http.version"])): i for i, c in enumerate(space.configs)}
+    return np.array([where[(r.cc, int(r.iw), int(r.rto_min_ms), str(r.http))] for r in rows.itertuples()])
+
+
+def cell_scores(measured: np.ndarray, predicted: np.ndarray) -> dict:
+    """The four figures of one cell from measured and predicted times of the same configurations."""
+    measured, predicted = np.asarray(measured, float), np.asarray(predicted, float)
+    if measured.shape != predicted.shape or measured.size < 2:
+        raise OracleError(f"cell_scores needs two equal-length vectors of >= 2 times, got {measured.shape} "
+                          f"and {predicted.shape}")
+    if not (np.isfinite(measured).all() and np.isfinite(predicted).all() and (measured > 0).all()
+            and (predicted > 0).all()):
+        raise OracleError("cell_scores needs finite positive times")
+    rho = spearmanr(predicted, measured).statistic if np.ptp(predicted) > 0 and np.ptp(measured) > 0 else math.nan
+    choice = int(np.argmin(predicted))
+    return {"rho": float(rho), "agree": bool(measured[choice] == measured.min()),
+            "cost": float(measured[choice] / measured.min() - 1.0),
+            "log_error": float(np.median(np.abs(np.log(predicted / measured))))}
+
+
+def _cells(oracle: MeasuredOracle, kind: str) -> pd.DataFrame:
+    return oracle.table if kind == "objects" else oracle.page_table
+
+
+def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict, list[dict]]:
+    """(summary, per-cell rows) of oracle ``name`` on the dataset behind ``oracle`` for one workload kind."""
+    if name not in ORACLES:
+        raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {ORACLES}. Got {name!r}.")
+    table = _cells(oracle, kind)
+    rows = []
+    if not table.empty:
+        for (cond, workload), cell in table.groupby(["condition", "workload"], sort=True):
+            cell = cell.drop_duplicates(KEYS)
+            if len(cell) < MIN_CONFIGS:
+                continue
+            space = _anchor_space(cell[KEYS])
+            idx = _config_index(space, cell)
+            first = cell.iloc[0]
+            bw, rtt, loss, q = ([float(first[k])] for k in ("down_mbps", "rtt_ms", "loss", "queue_packets"))
+            if name == "model":
+                pred = _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space)[0, idx]
+            else:
+                pred = oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=cond)[0, idx]
+            scores = cell_scores(cell["median"].to_numpy(), pred)
+            rows.append({"condition": cond, "workload": workload, "configs": int(len(cell)),
+                         "reps_median": float(cell["n"].median()), "cv_median": float(cell["cv"].median()),
+                         **scores})
+    return summarize(rows), rows
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Median and p25 of rho, share of agreeing cells, median and p90 of the cost, median log error."""
+    if not rows:
+        return {"cells": 0}
+    df = pd.DataFrame(rows)
+    rho = df["rho"].dropna()
+    return {"cells": int(len(df)), "conditions": int(df["condition"].nunique()),
+            "rho_median": float(rho.median()) if len(rho) else math.nan,
+            "rho_p25": float(rho.quantile(0.25)) if len(rho) else math.nan,
+            "best_agrees": float(df["agree"].mean()),
+            "cost_median": float(df["cost"].median()), "cost_p90": float(df["cost"].quantile(0.9)),
+            "log_error_median": float(df["log_error"].median()),
+            "cv_median": float(df["cv_median"].median())}
+
+
+def quic_cells(dataset: Path) -> int:
+    path = dataset / "quic" / "measurements.parquet"
+    if not path.exists():
+        return 0
+    df = pd.read_parquet(path, columns=["condition", "size_bytes", "ok"])
+    return int(df[df["ok"].astype(bool)].groupby(["condition", "size_bytes"]).ngroups)
+
+
+def validate(dataset: str | Path = DEFAULT_DATASET, oracles=ORACLES, kinds=KINDS) -> dict:
+    """Validation figures of every oracle in ``oracles`` per workload kind, plus the per-cell rows."""
+    dataset = Path(dataset)
+    measured = MeasuredOracle(dataset, pages="measured")
+    out = {"dataset": str(dataset.name), "method": __doc__.split("\n\n")[1].replace("\n", " "), "oracles": {}}
+    for name in oracles:
+        per_kind = {}
+        for kind in kinds:
+            if kind == "quic":
+                per_kind[kind] = {"cells": quic_cells(dataset), "covered": False,
+                                  "why": "no oracle answers QUIC transport parameters"}
+                continue
+            summary, rows = validate_oracle(name, measured, kind)
+            per_kind[kind] = {**summary, "covered": summary["cells"] > 0, "rows": rows}
+        out["oracles"][name] = per_kind
+    return out
+
+
+def format_report(result: dict) -> str:
+    lines = [f"dataset {result['dataset']}: per measured cell, the oracle's order of the measured configurations",
+             "| oracle | workload | cells | conditions | rho median | rho p25 | best agrees | cost median | "
+             "cost p90 | |log error| median | measured CV median |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, kinds in result["oracles"].items():
+        for kind, s in kinds.items():
+            if not s.get("covered"):
+                lines.append(f"| {name} | {kind} | {s['cells']} | not covered: "
+                             f"{s.get('why', 'no measured cells')} |||||||")
+                continue
+            lines.append(f"| {name}{' (LOCO)' if name == 'measured' else ''} | {kind} | {s['cells']} | "
+                         f"{s['conditions']} | {s['rho_median']:.2f} | {s['rho_p25']:.2f} | {s['best_agrees']:.0%} | "
+                         f"{s['cost_median']:.1%} | {s['cost_p90']:.1%} | {s['log_error_median']:.3f} | "
+                         f"{s['cv_median']:.3f} |")
+    return "\n".join(lines)

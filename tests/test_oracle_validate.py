@@ -50,3 +50,33 @@ def test_command_prints_and_writes_json(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["oracles"]["model"]["quic"]["covered"] is False
     assert main(["oracle", "validate", "--dataset", str(tmp_path)]) == 2
+
+
+def test_holds_uses_the_issue_targets():
+    from tailor.oracle.validate import holds
+
+    good = {"covered": True, "rho_median": 0.85, "cost_median": 0.015, "cost_p90": 0.09}
+    assert holds(good, "pages")
+    assert not holds({**good, "rho_median": 0.79}, "pages")
+    assert not holds({**good, "cost_p90": 0.11}, "pages")
+    assert not holds(good, "objects")  # objects need <= 1% median, <= 5% p90
+    assert holds({**good, "cost_median": 0.01, "cost_p90": 0.05}, "objects")
+    assert not holds({"covered": False}, "objects")
+
+
+def test_auto_selection_carries_its_reason_and_figures(tmp_path, monkeypatch):
+    """--oracle auto on the committed dataset: the choice, why, and both oracles' figures (cached)."""
+    from tailor.oracle.select import select_oracle
+    from tailor.oracle.validate import holds
+
+    monkeypatch.setenv("TAILOR_CACHE_DIR", str(tmp_path))
+    oracle = select_oracle("auto")
+    v = oracle.validation
+    assert v["chosen"] == oracle.kind and v["reason"]
+    for name in ("model", "measured"):
+        assert v["holds"][name] == all(holds(v["figures"][name][k], k) for k in ("objects", "pages"))
+        assert v["figures"][name]["objects"]["cells"] > 0
+    if not any(v["holds"].values()):
+        assert "no oracle's validation holds" in v["reason"]
+    assert len(list(tmp_path.glob("oracle-validation-*.json"))) == 1
+    assert select_oracle("auto").validation["figures"] == v["figures"]  # second call reads the cache

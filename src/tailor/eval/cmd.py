@@ -24,10 +24,11 @@ from tailor.sim import SimConfig
 
 def run_evaluate(args, argv) -> int:
     policies = [p.strip() for p in args.policies.split(",")] if args.policies else list(DEFAULT_POLICIES)
-    oracle = select_oracle(args.oracle)
+    oracle = select_oracle(args.oracle, args.space)
     seeds = [args.seed + k for k in range(args.repeat)]
     root = Path(args.out or f"out/evaluate-{Path(str(args.scenario)).stem}-s{args.seed}")
     err = Console(stderr=True)
+    _print_selection(oracle, err)
     runs, reports = [], []
     with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False, disable=not err.is_terminal and args.json) as bar:
@@ -51,6 +52,17 @@ def run_evaluate(args, argv) -> int:
         _print_table(summaries, len(runs))
         print(f"results: {root}" + "".join(f"\nreport:  {r}" for r in reports if r))
     return 0
+
+
+def _print_selection(oracle, err) -> None:
+    """The oracle, why (``--oracle auto``) and its validation figures against the measured dataset."""
+    from tailor.oracle.validate import one_line
+
+    v = getattr(oracle, "validation", None) or {}
+    err.print(f"oracle {oracle.name}: {v.get('reason', '')}", highlight=False)
+    for name, kinds in (v.get("figures") or {}).items():
+        err.print(f"  validation on {v['dataset']} ({'leave-one-condition-out' if name == 'measured' else 'unfitted'}) "
+                  f"{one_line(name, kinds)}", highlight=False)
 
 
 def _evaluate_seed(args, seed, oracle, policies, progress, err):

@@ -112,7 +112,7 @@ td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}th{{background:#f
 img{{max-width:100%}}pre{{background:#f7f7f7;padding:8px;font-size:11px;overflow:auto}}</style></head><body>
 <h1>Tailor evaluation</h1>
 <p>Scenario <b>{html.escape(meta['scenario']['name'])}</b>: {meta['scenario']['sessions']:,} sessions, {meta['scenario']['pageloads']:,} page loads.
-Oracle <b>{html.escape(str(oracle.get('name')))}</b> ({html.escape(str(oracle.get('kind')))}).
+Oracle <b>{html.escape(str(oracle.get('name')))}</b> ({html.escape(str(oracle.get('kind')))}){_validation_html(meta)}.
 Space <b>{html.escape(meta['space']['name'])}</b> ({meta['space']['size']} configurations, allowed: {html.escape(meta['space']['allowed'])}).
 Commit {html.escape(meta['git_commit'])}, seed {meta['sim_config']['seed']}, {html.escape(meta['date'])}.</p>
 <p>Improvement of a page load = 1 − PLT(policy)/PLT(default) on the same page load and noise draw. Quantiles are over page loads.
@@ -122,3 +122,15 @@ Distance to optimal uses the noise-free ground truth.</p>
     path = out / "report.html"
     path.write_text(page)
     return path
+
+
+def _validation_html(meta: dict) -> str:
+    """Why this oracle and how it orders the measured configurations (``tailor oracle validate``)."""
+    from tailor.oracle.validate import one_line
+
+    v = meta.get("oracle_validation") or {}
+    if not v:
+        return ""
+    lines = "".join(f"<br>validation on {html.escape(str(v['dataset']))}: {html.escape(one_line(n, k))}"
+                    for n, k in (v.get("figures") or {}).items())
+    return f": {html.escape(str(v.get('reason', '')))}{lines}"

@@ -78,6 +78,7 @@ def run_metadata(ev: Evaluation, argv: list[str] | None = None) -> dict:
         "argv": argv or [], "machine": {"host": platform.node(), "python": platform.python_version(),
                                          "platform": platform.platform(), "cpus": os.cpu_count()},
         "sim_config": asdict(ev.config), "space": ev.simulator.space.to_json(), "oracle": ev.oracle.describe(),
+        "oracle_validation": getattr(ev.oracle, "validation", None),
         "scenario": {"name": ev.scenario.name, "sessions": len(ev.scenario.sessions), "pageloads": ev.scenario.n_loads,
                      "chunk_s": ev.scenario.chunk_s, "provenance": ev.scenario.provenance},
         "policies": {r.policy: r.params for r in ev.results}, "prepare_s": ev.prepare_s,

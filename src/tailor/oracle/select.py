@@ -1,9 +1,13 @@
-"""Which oracle `tailor evaluate` uses: the measured testbed dataset when it covers the evaluation, else the model.
+"""Which oracle `tailor evaluate` uses (``--oracle auto``): the one whose validation holds.
 
-The measured oracle (``tailor.oracle.measured``) only replaces the model by default when it covers the
-``core`` space with measured values (no configuration anchored on a neighbour) *and* every default website:
-an evaluation silently mixing measured objects with modelled pages would report numbers with no single
-provenance. Until then it is selectable by name (``select_oracle("measured")``).
+Both oracles are validated against the measured dataset (``tailor oracle validate``; cached): per workload kind
+of the evaluation (objects, pages), the oracle's order of the measured configurations must meet issue 18's
+targets (``tailor.oracle.validate.TARGETS``; the measured oracle is validated leave-one-condition-out). Among the
+oracles that hold on every kind, the measured one is preferred when it covers the evaluated space with measured
+values (no configuration anchored on a neighbour) and every default website, then the model. When no oracle
+holds, the coverage rule alone decides (measured only with full coverage, else the model) and the selection says
+that no validation holds, with the figures. The choice, its reason and the figures are attached to the oracle
+(``oracle.validation``) for the run's metadata and report.
 """
 
 from __future__ import annotations
@@ -19,20 +23,52 @@ def default_oracle() -> Oracle:
     return select_oracle("auto")
 
 
-def select_oracle(name: str = "auto") -> Oracle:
+def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
     """``model``: ModelOracle; ``measured``: MeasuredOracle (OracleError without a dataset); ``auto``: see module."""
     if name not in ORACLES:
         raise OracleError(f"The 'oracle' parameter must be one of {ORACLES}. Got {name!r}.")
     from tailor.oracle.model import ModelOracle
 
     if name == "model":
-        return ModelOracle()
+        return _with_validation(ModelOracle(), "model", "asked for (--oracle model)")
     if name == "measured":
-        return _measured()
-    if not _could_cover_defaults():
-        return ModelOracle()  # skip loading the dataset: it cannot cover the default pages yet
-    measured = _measured_or_none()
-    return measured if measured is not None and _covers_defaults(measured) else ModelOracle()
+        return _with_validation(_measured(), "measured", "asked for (--oracle measured)")
+    measured = _measured_or_none() if _could_cover_defaults() else None
+    if measured is None:
+        oracle = ModelOracle()
+        oracle.validation = {"chosen": "model", "reason": "no measured dataset to validate against"}
+        return oracle
+    from tailor.oracle.validate import cached_validation, holds
+
+    figures = cached_validation(measured.dataset)["oracles"]
+    ok = {o: all(holds(figures[o][k], k) for k in ("objects", "pages")) for o in ("measured", "model")}
+    covers = _covers(measured, space)
+    if ok["measured"] and covers:
+        chosen, reason = "measured", "its validation holds and it covers the space"
+    elif ok["model"]:
+        chosen, reason = "model", "its validation holds"
+    else:
+        chosen = "measured" if covers else "model"
+        reason = ("no oracle's validation holds on both objects and pages; by coverage: "
+                  + ("the measured dataset covers the space" if covers else "the measured dataset does not cover "
+                     f"space {space!r} and the default pages with measured values"))
+    oracle = measured if chosen == "measured" else ModelOracle()
+    oracle.validation = {"chosen": chosen, "reason": reason, "dataset": measured.dataset.name,
+                         "holds": ok, "figures": figures}
+    return oracle
+
+
+def _with_validation(oracle, name: str, reason: str):
+    """Attach the validation figures of ``oracle`` when a measured dataset exists (cached; else only the reason)."""
+    measured = oracle if name == "measured" else (_measured_or_none() if _could_cover_defaults() else None)
+    oracle.validation = {"chosen": name, "reason": reason}
+    if measured is not None:
+        from tailor.oracle.validate import cached_validation, holds
+
+        figures = cached_validation(measured.dataset)["oracles"]
+        oracle.validation.update(dataset=measured.dataset.name, figures=figures,
+                                 holds={o: all(holds(figures[o][k], k) for k in ("objects", "pages")) for o in figures})
+    return oracle
 
 
 def _could_cover_defaults() -> bool:
@@ -55,9 +91,12 @@ def _measured_or_none():
         return None
 
 
-def _covers_defaults(oracle) -> bool:
+def _covers(oracle, space: str = "core") -> bool:
     from tailor.oracle.websites import default_catalog
     from tailor.space import ConfigSpace
 
-    ok, _ = oracle.covers(ConfigSpace.named("core"), default_catalog())
+    try:
+        ok, _ = oracle.covers(ConfigSpace.named(space), default_catalog())
+    except (OracleError, ValueError, KeyError):
+        return False
     return ok

@@ -148,3 +148,69 @@ def format_report(result: dict) -> str:
                          f"{s['cost_median']:.1%} | {s['cost_p90']:.1%} | {s['log_error_median']:.3f} | "
                          f"{s['cv_median']:.3f} |")
     return "\n".join(lines)
+
+
+# -- what `tailor evaluate` and `--oracle auto` use ------------------------------------------------------
+# Issue 18's targets for an oracle to be trusted on a workload kind (cells held out from any fitting).
+TARGETS = {"pages": {"rho_median": 0.8, "cost_median": 0.02, "cost_p90": 0.10},
+           "objects": {"cost_median": 0.01, "cost_p90": 0.05}}
+
+
+def holds(summary: dict, kind: str) -> bool:
+    """Whether ``summary`` (one oracle, one workload kind) meets TARGETS[kind]."""
+    t = TARGETS[kind]
+    if not summary.get("covered"):
+        return False
+    ok = summary["cost_median"] <= t["cost_median"] and summary["cost_p90"] <= t["cost_p90"]
+    return ok and ("rho_median" not in t or summary["rho_median"] >= t["rho_median"])
+
+
+def _cache_key(dataset: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    files = sorted(dataset.glob("measurements.parquet")) + sorted(dataset.glob("*/measurements.parquet"))
+    here = Path(__file__).parent
+    for f in files + [here / n for n in ("model.py", "measured.py", "validate.py", "websites.py", "tcp.py")]:
+        if f.exists():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cached_validation(dataset: str | Path = DEFAULT_DATASET) -> dict:
+    """Summaries (no per-cell rows) of both oracles on ``dataset``, cached by the content of the dataset and of
+    the oracles' code (``$TAILOR_CACHE_DIR``, default ``~/.cache/tailor``): a changed model is re-validated."""
+    import json
+    import os
+
+    dataset = Path(dataset)
+    cache = Path(os.environ.get("TAILOR_CACHE_DIR") or Path.home() / ".cache" / "tailor")
+    path = cache / f"oracle-validation-{dataset.name}-{_cache_key(dataset)}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    result = validate(dataset)
+    for kinds in result["oracles"].values():
+        for s in kinds.values():
+            s.pop("rows", None)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: validate again next time
+    return result
+
+
+def one_line(name: str, kinds: dict) -> str:
+    """``objects rho 0.78, cost 0.4%/19.3% (p50/p90): does not hold; pages ...`` for one oracle."""
+    parts = []
+    for kind in ("objects", "pages"):
+        s = kinds.get(kind, {})
+        if s.get("covered"):
+            parts.append(f"{kind} rho {s['rho_median']:.2f}, cost {s['cost_median']:.1%}/{s['cost_p90']:.1%} "
+                         f"(p50/p90, {s['cells']} cells): {'holds' if holds(s, kind) else 'does not hold'}")
+    return f"{name}: " + "; ".join(parts)

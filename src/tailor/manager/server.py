@@ -61,6 +61,16 @@ def add_arguments(p) -> None:
     p.add_argument("--geoip-region", metavar="FILE",
                    help="MaxMind-format City or Country database: the client's region (CC or CC-SUB, ISO 3166) when "
                         "a record carries none")
+    p.add_argument("--bus", metavar="nats://HOST:PORT[,...]",
+                   help="run as one shard of a scaled-out manager on NATS JetStream (docs/bus.md): telemetry, tables "
+                        "and learned state travel through the bus; no HTTP listener (--listen is ignored)")
+    p.add_argument("--shard-id", metavar="ID", help="this shard's name, [A-Za-z0-9_-]{1,64} (required with --bus)")
+    p.add_argument("--bus-user", metavar="NAME", help="NATS user (with --bus-password-file)")
+    p.add_argument("--bus-password-file", metavar="FILE", help="file holding the NATS user's password")
+    p.add_argument("--partitions", type=int, default=None,
+                   help="partition count when this shard creates the cluster document (default 6, at most 256); "
+                        "a shard given a count the existing document does not say stops with an error")
+    p.add_argument("--bus-ack-wait", type=float, default=30.0, help=argparse.SUPPRESS)  # tests: consumers' ack wait
 
 
 def _track_given(p) -> None:
@@ -168,6 +178,8 @@ def run(args) -> int:
     from tailor.manager.api import create_app
 
     args = with_config_file(args)
+    if getattr(args, "bus", None):
+        return run_bus(args)
     host, port = parse_listen(args.listen)
     cfg = config_from_args(args)
     check(not cfg.insecure_dev or _is_loopback(host), "tailor manager", "listen",
@@ -178,3 +190,30 @@ def run(args) -> int:
     tls = {"ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key} if args.tls_cert else {}
     uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, **tls)
     return 0
+
+
+def run_bus(args) -> int:
+    """``tailor manager --bus``: one shard (tailor.bus.shard); no HTTP listener, so no credential is needed."""
+    from tailor.bus.partition import MAX_PARTITIONS
+    from tailor.bus.shard import ShardConfig, parse_servers, run_shard
+
+    check(bool(args.shard_id), "tailor manager", "shard-id", "given with --bus", args.shard_id)
+    check(args.partitions is None or 1 <= args.partitions <= MAX_PARTITIONS, "tailor manager", "partitions",
+          f"in [1, {MAX_PARTITIONS}]", args.partitions)
+    check(args.bus_ack_wait > 0, "tailor manager", "bus-ack-wait", "> 0", args.bus_ack_wait)
+    check((args.bus_user is None) == (args.bus_password_file is None), "tailor manager", "bus-password-file",
+          "given with --bus-user (and only then)", args.bus_password_file or "<unset>")
+    password = None
+    if args.bus_password_file:
+        try:
+            password = open(args.bus_password_file, encoding="utf-8").read(4096).strip()
+        except OSError as err:
+            raise param_error("tailor manager", "bus-password-file", "a readable file", f"{args.bus_password_file} ({err})") from None
+        check(bool(password), "tailor manager", "bus-password-file", "a file holding a password", args.bus_password_file)
+    base = config_from_args(argparse.Namespace(**dict(vars(args), insecure_dev=True)))
+    logs.setup(logging.INFO)
+    cfg = ShardConfig(servers=parse_servers(args.bus), shard_id=args.shard_id, data_dir=args.data, base=base,
+                      user=args.bus_user, password=password, partitions=args.partitions, ack_wait_s=args.bus_ack_wait)
+    logs.log("manager.start", bus=cfg.servers, shard=cfg.shard_id, data=cfg.data_dir, policy=base.policy,
+             space=base.space)
+    return run_shard(cfg)

@@ -38,6 +38,7 @@ from tailor.table import compile_table, validate_table
 STATE_FORMAT = 1
 MAX_EDGES = 10_000  # distinct telemetry sources tracked for the applied-version report
 QUARANTINE_AFTER = 3  # consecutive failed cycles over the same telemetry before that span is skipped
+LOCAL = object()  # Manager(state=LOCAL): the learned state of <data>/state.pkl (the single-machine mode)
 
 
 class CycleError(RuntimeError):
@@ -80,8 +81,13 @@ class CycleSummary:
 
 
 class Manager:
-    def __init__(self, cfg: ManagerConfig, clock=time.time):
+    def __init__(self, cfg: ManagerConfig, clock=time.time, state=LOCAL):
+        """``state``: LOCAL (the data directory's), or the learned state to start from (a dict as pickled by
+        :meth:`_state_bytes`, None for a fresh one), as a bus partition worker does (tailor.bus.shard); then the
+        telemetry already in the local store counts as fed (it is in that state, or JetStream redelivers it)."""
         self.cfg, self.clock = cfg, clock
+        self._given_state = state
+        self.version_floor = 0  # a published version is above this (a bus takeover continues the partition's versions)
         self.enricher = Enricher(cfg.geoip_asn, cfg.geoip_region)  # first: a bad database file stops the start
         self.store = Store(cfg.data_dir)
         self.metrics = Metrics()
@@ -114,7 +120,9 @@ class Manager:
         return sig
 
     def _restore(self) -> None:
-        state = self.store.load_state()
+        given = self._given_state is not LOCAL
+        state = self._given_state if given else self.store.load_state()
+        self._given_state = None
         if state is None:
             self.archive = PrefixArchive(ARCHIVE_ALPHA)
             env = PolicyEnv(archive=self.archive, update_period_s=self.cfg.update_freq_s or 300.0,
@@ -132,6 +140,8 @@ class Manager:
             if self.cfg.cohort_salt and self.cfg.cohort_salt != self.policy.cohort_salt:
                 self.policy.cohort_salt = self.cfg.cohort_salt  # rotation: every client's cohort is drawn afresh
                 log("cohort.rotated", logging.WARNING)
+        if given:
+            self.fed_seq = self.store.max_seq()
         self.written_seq = max(self.store.max_seq(), self.fed_seq)
         log("manager.state", restored=state is not None, fed_seq=self.fed_seq, policy=self.cfg.policy)
 
@@ -276,7 +286,7 @@ class Manager:
 
     # -- publication
     def _publish(self, table: dict, origin: str, actor: str, action: str, reason: str, now: float) -> pub.Published:
-        version = (self.current.version if self.current else 0) + 1
+        version = max(self.current.version if self.current else 0, self.version_floor) + 1
         doc = dict(table, version=version, generated_at=float(now), valid_for_s=self.cfg.valid_for_s)
         validate_table(doc)  # in full, schema included: never publish what an edge would refuse
         published = pub.Published.of(doc, origin)
@@ -300,6 +310,15 @@ class Manager:
             now = self.clock()
             self.override_until = now + hold_s if hold_s > 0 else math.inf
             published = self._publish(table, "operator", actor, "override", reason or "operator override", now)
+            self.snapshot()
+        return published
+
+    def republish(self, floor: int, reason: str) -> pub.Published:
+        """The current table again under a version above ``floor`` (a bus takeover: the partition's previous
+        owner published versions up to ``floor``)."""
+        with self._cycle_lock:
+            self.version_floor = max(self.version_floor, floor)
+            published = self._publish(self.current.doc, self.current.origin, "manager", "publish", reason, self.clock())
             self.snapshot()
         return published
 

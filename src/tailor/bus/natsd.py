@@ -1,0 +1,144 @@
+"""A nats-server on loopback for ``tailor cluster`` and the tests: configuration file, users, start, stop.
+
+The configuration (``nats-server.conf``) enables JetStream with file storage in ``<dir>/jetstream`` and, when
+users are asked for, authorization with two users (docs/bus.md, Security):
+
+* ``manager``: the JetStream API and everything the shards touch (``tailor.>``, the buckets' and object
+  store's subjects, acknowledgements), replies in ``_INBOX.>``;
+* ``edge``: :data:`EDGE_PUBLISH` / :data:`EDGE_SUBSCRIBE` only: publish telemetry, read-and-watch the
+  ``tailor-tables`` bucket (stream info, an ordered consumer, direct/message get), nothing else: an edge cannot
+  write a table, read learned state or the archive, or touch the telemetry consumers.
+
+Passwords are random (32 hex digits) and written to ``<dir>/<user>.password`` with mode 0600.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from tailor.errors import TailorError
+
+TABLES_STREAM = "KV_tailor-tables"
+EDGE_PUBLISH = [
+    "tailor.tel.>",  # telemetry batches (JetStream publish: the PubAck comes back to an _INBOX reply)
+    "$JS.API.INFO",  # account info (nats.go checks JetStream is there)
+    f"$JS.API.STREAM.INFO.{TABLES_STREAM}",  # binding the key-value bucket
+    f"$JS.API.STREAM.MSG.GET.{TABLES_STREAM}",  # kv.Get without direct get
+    f"$JS.API.DIRECT.GET.{TABLES_STREAM}",
+    f"$JS.API.DIRECT.GET.{TABLES_STREAM}.>",
+    f"$JS.API.CONSUMER.CREATE.{TABLES_STREAM}",  # the watch's ordered (ephemeral) consumer, both API forms
+    f"$JS.API.CONSUMER.CREATE.{TABLES_STREAM}.>",
+    f"$JS.API.CONSUMER.DELETE.{TABLES_STREAM}.>",  # the watch's end
+    f"$JS.API.CONSUMER.INFO.{TABLES_STREAM}.>",
+    f"$JS.FC.{TABLES_STREAM}.>",  # flow-control replies of the watch's push consumer
+]
+EDGE_SUBSCRIBE = ["_INBOX.>"]  # request replies and the watch's deliveries
+MANAGER_PUBLISH = ["tailor.>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>"]
+MANAGER_SUBSCRIBE = ["_INBOX.>", "tailor.>", "$KV.>", "$O.>"]
+MAX_PAYLOAD = 8 << 20  # a table envelope up to 8 MiB (telemetry messages stay within the stream's 4 MiB)
+
+
+def nats_server_binary() -> str | None:
+    """``$TAILOR_NATS_SERVER``, else ``nats-server`` on PATH, else Debian's /usr/sbin or /usr/bin."""
+    env = os.environ.get("TAILOR_NATS_SERVER")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    for cand in (shutil.which("nats-server"), "/usr/sbin/nats-server", "/usr/bin/nats-server"):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    os.chmod(path, 0o600)
+
+
+def _list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def write_config(directory: Path, port: int, users: bool = True) -> dict:
+    """Write ``nats-server.conf`` (and the password files); returns {"conf", "url", "users": {name: file}}."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [f"listen: 127.0.0.1:{port}", f"max_payload: {MAX_PAYLOAD}", "jetstream {",
+             f"  store_dir: {json.dumps(str(directory / 'jetstream'))}", "}"]
+    files = {}
+    if users:
+        entries = []
+        for name, pub, sub in (("manager", MANAGER_PUBLISH, MANAGER_SUBSCRIBE), ("edge", EDGE_PUBLISH, EDGE_SUBSCRIBE)):
+            password = secrets.token_hex(16)
+            files[name] = directory / f"{name}.password"
+            write_secret(files[name], password)
+            entries.append(f"    {{user: {json.dumps(name)}, password: {json.dumps(password)}, permissions: {{"
+                           f"publish: {_list(pub)}, subscribe: {_list(sub)}}}}}")
+        lines += ["authorization {", "  users: [", *entries, "  ]", "}"]
+    conf = directory / "nats-server.conf"
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the passwords
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return {"conf": conf, "url": f"nats://127.0.0.1:{port}", "users": files}
+
+
+class NatsServer:
+    """A nats-server child process on loopback; :meth:`stop` kills it by PID and waits for it."""
+
+    def __init__(self, directory: Path, port: int | None = None, users: bool = True):
+        binary = nats_server_binary()
+        if binary is None:
+            raise TailorError("nats-server not found (apt-get install nats-server, or set $TAILOR_NATS_SERVER)")
+        self.binary, self.dir = binary, Path(directory)
+        self.port = port or free_port()
+        self.info = write_config(self.dir, self.port, users)
+        self.url = self.info["url"]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 10.0) -> NatsServer:
+        log = open(self.dir / "nats-server.log", "ab")
+        self.proc = subprocess.Popen([self.binary, "-c", str(self.info["conf"])], stdout=log, stderr=log,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise TailorError(f"nats-server exited with {self.proc.returncode}: see {self.dir / 'nats-server.log'}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TailorError(f"nats-server did not listen on 127.0.0.1:{self.port} within {timeout_s:g} s")
+
+    def password(self, user: str) -> str:
+        return self.info["users"][user].read_text().strip()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,481 @@
+"""One manager shard on the bus (``tailor manager --bus``; docs/bus.md, Managers).
+
+The shard heartbeats ``alive.<id>`` in ``tailor-shards`` every second; its value (JSON, this module's
+choice: the contract leaves it open) names the partitions the shard runs (its *claims*) and their table
+versions and counters::
+
+    {"shard": "a", "time": 1.7e9, "partitions": [0, 3], "versions": {"0": 4, "3": 2}, "counters": {...}}
+
+Every second it computes the rendezvous owner of every partition among the live shards, stops the workers of
+the partitions it lost (final cycle, state, acknowledgements, then the claim goes) and starts a worker for a
+partition it won once no other live shard claims it (a clean hand-over: the previous owner's last state is in
+the object store before the new owner reads it; a dead owner's claim ends with its heartbeat's TTL).
+
+A :class:`PartitionWorker` runs one :class:`tailor.manager.service.Manager` (``<data>/part-<p>``): it
+restores the authenticated state (:mod:`tailor.bus.state`), publishes the table envelope at takeover, pulls
+from ``part-<p>``, skips what the state already holds, ingests the rest through ``Manager.ingest`` (records
+of another partition refused and counted), and every ``--update-freq``: cycle -> state to the object store ->
+acknowledge the folded messages -> envelope when the version changed -> archive summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import nats
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError, NotFoundError
+
+from tailor.bus import setup as S
+from tailor.bus.partition import owner, partition
+from tailor.bus.state import MAX_STATE_BYTES, StateError, Watermark, open_sealed, seal, state_key
+from tailor.errors import ParameterError
+from tailor.manager.config import ManagerConfig
+from tailor.manager.ingest import canonical_prefix
+from tailor.manager.logs import log
+from tailor.manager.signing import Signer
+
+ENVELOPE_SCHEMA = "tailor.table-envelope/v1"
+ARCHIVE_SCHEMA = "tailor.archive-summary/v1"
+FETCH_BATCH = 256  # messages per pull request (the consumer's max ack pending, 10,000, bounds what is outstanding)
+FETCH_TIMEOUT_S = 0.5
+MAX_ARCHIVE_PREFIXES = 5_000  # prefixes in a partition's archive summary (most records first); the rest counted
+MAX_HEARTBEAT_BYTES = 64 << 10  # a heartbeat value larger than this is ignored (counted)
+SHARD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass
+class ShardConfig:
+    servers: list[str]
+    shard_id: str
+    data_dir: str
+    base: ManagerConfig  # the partitions' settings (data_dir and cohort_salt are replaced per partition)
+    user: str | None = None
+    password: str | None = None
+    partitions: int | None = None  # None: the cluster document's (6 when this shard creates it)
+    ack_wait_s: float = S.ACK_WAIT_S  # consumer creation only; tests use a short one (hidden --bus-ack-wait)
+    heartbeat_s: float = S.HEARTBEAT_S
+
+    def __post_init__(self):
+        if not SHARD_ID_RE.fullmatch(self.shard_id or ""):
+            raise ParameterError(f"The 'shard-id' parameter of tailor manager must be 1-64 characters of "
+                                 f"[A-Za-z0-9_-]. Got {self.shard_id!r}.")
+        for url in self.servers:
+            if not re.fullmatch(r"(nats|tls)://[^\s/,]+:\d{1,5}", url):
+                raise ParameterError(f"The 'bus' parameter of tailor manager must be nats://HOST:PORT[,nats://...]. "
+                                     f"Got {url!r}.")
+
+
+@dataclass
+class Counters:
+    messages: int = 0
+    duplicates: int = 0  # messages at or below the watermark (already in the state): acknowledged, not ingested
+    records: int = 0  # records accepted into the partition's store
+    refused_partition: int = 0  # records whose client_prefix is in another partition
+    rejected: int = 0  # records the ingest validation refused
+    invalid_batches: int = 0  # messages refused whole (not JSON, bad header, too large)
+    ingest_failed: int = 0  # messages the store could not take (not acknowledged: redelivered)
+    cycles: int = 0
+    cycles_failed: int = 0
+    states_written: int = 0
+    envelopes: int = 0
+    envelopes_too_large: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def parse_servers(text: str) -> list[str]:
+    return [u.strip() for u in text.split(",") if u.strip()]
+
+
+def envelope(p: int, body: bytes, headers: dict) -> bytes:
+    return json.dumps({"schema": ENVELOPE_SCHEMA, "partition": p, "key_id": headers["X-Tailor-Key-Id"],
+                       "signature": headers["X-Tailor-Signature"], "body": base64.b64encode(body).decode()},
+                      separators=(",", ":")).encode()
+
+
+def archive_summary(p: int, archive, now: float) -> bytes:
+    entries = archive._entries  # read-only use (as Store.save_prefixes)
+    ranked = sorted(entries.items(), key=lambda kv: (-kv[1].samples, kv[0]))
+    kept = ranked[:MAX_ARCHIVE_PREFIXES]
+    doc = {"schema": ARCHIVE_SCHEMA, "partition": p, "time": now, "prefixes_total": len(entries),
+           "records": sum(e.samples for e in entries.values()), "truncated": max(0, len(entries) - len(kept)),
+           "prefixes": {k: {"goodput_mbps": round(e.goodput_mbps, 4), "loss": round(e.loss, 6),
+                            "rtt_ms": round(e.rtt_ms, 3), "records": e.samples} for k, e in kept}}
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+class PartitionWorker:
+    def __init__(self, shard: Shard, p: int):
+        self.shard, self.p = shard, p
+        self.name = S.consumer_name(p)
+        self.counters = Counters()
+        self.mgr = None
+        self.sub = None
+        self.watermark = Watermark()
+        self.pending: list = []  # ingested, not yet folded and acknowledged (bounded by the consumer's max ack pending)
+        self.published_version: int | None = None
+        self._stop = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    @property
+    def version(self) -> int | None:
+        return self.mgr.current.version if self.mgr is not None else None
+
+    # -- takeover
+    async def _load_state(self):
+        sh = self.shard
+        try:
+            info = await sh.obj.get_info(S.part_key(self.p))
+        except NotFoundError:
+            return None
+        if (info.size or 0) > MAX_STATE_BYTES:
+            log("bus.state_refused", logging.ERROR, partition=self.p, reason=f"object of {info.size} bytes")
+            return None
+        res = await sh.obj.get(S.part_key(self.p))
+        try:
+            header, wm, state = await asyncio.to_thread(open_sealed, sh.state_key, self.p, res.data or b"")
+        except StateError as err:
+            log("bus.state_refused", logging.ERROR, partition=self.p, reason=str(err), action="starting fresh")
+            return None
+        except Exception as err:  # noqa: BLE001 (authentic but unreadable, e.g. written by another version)
+            log("bus.state_refused", logging.ERROR, partition=self.p, reason=f"{type(err).__name__}: {err}",
+                action="starting fresh")
+            return None
+        self.watermark = wm
+        return header, state
+
+    async def _previous_version(self) -> int:
+        try:
+            entry = await self.shard.tables.get(S.part_key(self.p))
+            doc = json.loads(entry.value)
+            return int(json.loads(base64.b64decode(doc["body"]))["version"])
+        except (KeyNotFoundError, KeyDeletedError, NotFoundError):
+            return 0
+        except Exception:  # noqa: BLE001 (an unreadable envelope: versions restart above 0)
+            return 0
+
+    def _new_manager(self, state):
+        from tailor.manager.service import Manager
+
+        sh = self.shard
+        d = Path(sh.cfg.data_dir) / f"part-{self.p}"
+        d.mkdir(parents=True, exist_ok=True)
+        cfg = replace(sh.cfg.base, data_dir=str(d), cohort_salt=sh.salt, signing_key=sh.signing_key_path)
+        try:
+            return Manager(cfg, state=state)
+        except ParameterError as err:  # a state learned with other options (policy, space, ...)
+            if state is None:
+                raise
+            log("bus.state_refused", logging.ERROR, partition=self.p, reason=str(err)[:300], action="starting fresh")
+            self.watermark = Watermark()
+            return Manager(cfg, state=None)
+
+    async def start(self) -> None:
+        sh = self.shard
+        loaded = await self._load_state()
+        prev = await self._previous_version()
+        self.mgr = await asyncio.to_thread(self._new_manager, loaded[1] if loaded else None)
+        if self.mgr.current.version <= prev:
+            await asyncio.to_thread(self.mgr.republish, prev, "takeover")
+        await self._publish_envelope(force=True)
+        self.sub = await sh.js.pull_subscribe_bind(consumer=self.name, stream=S.STREAM)
+        log("bus.takeover", partition=self.p, shard=sh.cfg.shard_id, restored=loaded is not None,
+            watermark=self.watermark.floor, folded_above=len(self.watermark.above), previous_version=prev,
+            version=self.mgr.current.version)
+        self.task = asyncio.create_task(self._run(), name=f"part-{self.p}")
+
+    # -- the loop
+    async def _run(self) -> None:
+        freq = self.shard.cfg.base.update_freq_s or 10.0
+        next_cycle = time.monotonic() + freq
+        try:
+            while not self._stop.is_set():
+                room = S.MAX_ACK_PENDING - len(self.pending)
+                if room > 0:
+                    try:
+                        msgs = await self.sub.fetch(batch=min(FETCH_BATCH, room), timeout=FETCH_TIMEOUT_S)
+                    except (nats.errors.TimeoutError, TimeoutError):
+                        msgs = []
+                    for msg in msgs:
+                        await self._handle(msg)
+                else:
+                    await asyncio.sleep(FETCH_TIMEOUT_S)
+                if time.monotonic() >= next_cycle:
+                    next_cycle = time.monotonic() + freq
+                    await self._commit()
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # noqa: BLE001 (logged; the shard restarts the worker at its next check)
+            log("bus.worker_failed", logging.ERROR, partition=self.p, error=f"{type(err).__name__}: {str(err)[:300]}")
+
+    async def _handle(self, msg) -> None:
+        c = self.counters
+        c.messages += 1
+        seq = msg.metadata.sequence.stream
+        if self.watermark.folded(seq):
+            c.duplicates += 1
+            await msg.ack()
+            return
+        if len(msg.data) > S.MAX_MSG_BYTES:
+            c.invalid_batches += 1
+            log("bus.batch_refused", logging.WARNING, partition=self.p, seq=seq,
+                reason=f"message field (root): {len(msg.data)} bytes is over {S.MAX_MSG_BYTES}")
+            self.pending.append(msg)
+            return
+        body = self._own_records(msg.data, seq)
+        result = await asyncio.to_thread(self.mgr.ingest, body)
+        if result.status == 503:
+            c.ingest_failed += 1
+            await msg.nak(delay=5)
+            return
+        if result.status == 400 and not result.accepted:
+            c.invalid_batches += 1 if not result.rejected else 0
+        c.records += result.accepted
+        c.rejected += result.rejected
+        self.pending.append(msg)
+
+    def _own_records(self, data: bytes, seq: int) -> bytes:
+        """The batch without the records of other partitions (counted); anything unparsable goes to the ingest
+        validation as it is (which refuses it with its reason)."""
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError):
+            return data
+        if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+            return data
+        n_parts, kept = self.shard.partitions, []
+        for rec in doc["records"]:
+            prefix = rec.get("client_prefix") if isinstance(rec, dict) else None
+            canon = canonical_prefix(prefix) if isinstance(prefix, str) else None
+            if canon is not None and partition(canon, n_parts) != self.p:
+                self.counters.refused_partition += 1
+                continue
+            kept.append(rec)
+        if len(kept) == len(doc["records"]):
+            return data
+        log("bus.records_refused", logging.WARNING, partition=self.p, seq=seq,
+            records=len(doc["records"]) - len(kept), reason="client_prefix not in this partition")
+        doc["records"] = kept
+        return json.dumps(doc).encode()
+
+    async def _commit(self, final: bool = False) -> None:
+        """Cycle -> state (object store) -> acknowledgements -> envelope -> archive summary."""
+        from tailor.manager.service import CycleError
+
+        c, mgr, sh = self.counters, self.mgr, self.shard
+        folded = self.pending
+        try:
+            summary = await asyncio.to_thread(mgr.run_cycle)
+        except CycleError as err:
+            c.cycles_failed += 1
+            if mgr.fed_seq < mgr.written_seq:  # not folded: acknowledged after a later cycle, or redelivered
+                log("bus.cycle_failed", logging.ERROR, partition=self.p, error=str(err)[:300], pending=len(folded))
+                return
+            summary = None  # the span was quarantined: folded (skipped) for good
+        self.pending = []
+        c.cycles += 1
+        if folded or c.states_written == 0 or final or (summary and summary.published):
+            info = await sh.js.consumer_info(S.STREAM, self.name)
+            self.watermark.advance(info.ack_floor.stream_seq)
+            self.watermark.add(m.metadata.sequence.stream for m in folded)
+            blob = await asyncio.to_thread(seal, sh.state_key, self.p, self.watermark, mgr._good_state)
+            await sh.obj.put(S.part_key(self.p), blob)
+            c.states_written += 1
+            for m in folded:
+                await m.ack()
+            await sh.nc.flush()
+        await self._publish_envelope()
+        await self._put_archive()
+        log("bus.cycle", partition=self.p, shard=sh.cfg.shard_id, version=mgr.current.version,
+            folded_messages=len(folded), watermark=self.watermark.floor, records=c.records,
+            duplicates=c.duplicates, refused_partition=c.refused_partition, final=final,
+            rows=summary.rows if summary else None)
+
+    async def _publish_envelope(self, force: bool = False) -> None:
+        mgr = self.mgr
+        if not force and self.published_version == mgr.current.version:
+            return
+        published = mgr.current
+        env = envelope(self.p, published.body, mgr.signature(published))
+        if len(env) > self.shard.nc.max_payload - 1024:
+            self.counters.envelopes_too_large += 1
+            log("bus.envelope_too_large", logging.ERROR, partition=self.p, bytes=len(env),
+                max_payload=self.shard.nc.max_payload, version=published.version)
+            return
+        await self.shard.tables.put(S.part_key(self.p), env)
+        self.published_version = published.version
+        self.counters.envelopes += 1
+        log("bus.table_published", partition=self.p, version=published.version, bytes=len(env))
+
+    async def _put_archive(self) -> None:
+        body = await asyncio.to_thread(archive_summary, self.p, self.mgr.archive, time.time())
+        if len(body) <= self.shard.nc.max_payload - 1024:
+            await self.shard.archive.put(S.part_key(self.p), body)
+
+    async def stop(self) -> None:
+        """Stop fetching, fold what was ingested (cycle, state, acknowledgements), close the manager."""
+        self._stop.set()
+        if self.task is not None:
+            await self.task
+        try:
+            if self.mgr is not None:
+                await self._commit(final=True)
+        finally:
+            if self.sub is not None:
+                try:
+                    await self.sub.unsubscribe()
+                except Exception:  # noqa: BLE001 (connection gone: the server drops the subscription)
+                    pass
+            if self.mgr is not None:
+                await asyncio.to_thread(self.mgr.close)
+        log("bus.released", partition=self.p, shard=self.shard.cfg.shard_id, counters=self.counters.as_dict())
+
+
+class Shard:
+    def __init__(self, cfg: ShardConfig):
+        self.cfg = cfg
+        self.workers: dict[int, PartitionWorker] = {}
+        self.claims: set[int] = set()
+        self.stopping = asyncio.Event()
+        self.heartbeats_ignored = 0
+        key_path = cfg.base.signing_key
+        Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
+        if not key_path:  # one key for every partition of this shard; other shards must be given the same one
+            Signer.for_data_dir(cfg.data_dir)
+            key_path = str(Path(cfg.data_dir) / "signing.key")
+            log("bus.signing_key", logging.WARNING, path=key_path,
+                note="no --signing-key: every shard of a cluster must sign with the same key")
+        self.signing_key_path = key_path
+        self.state_key = state_key(Signer.load(key_path).private)
+
+    async def connect(self) -> None:
+        cfg = self.cfg
+        self.nc = await nats.connect(servers=cfg.servers, user=cfg.user, password=cfg.password,
+                                     name=f"tailor-manager-{cfg.shard_id}", max_reconnect_attempts=-1,
+                                     reconnect_time_wait=1, connect_timeout=5)
+        self.js = self.nc.jetstream()
+        await S.ensure_stream(self.js)
+        buckets = await S.ensure_buckets(self.js)
+        self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
+                                                            buckets["state"])
+        doc, created = await S.cluster_doc(self.tables, cfg.partitions)
+        self.partitions, self.salt = doc["partitions"], doc["salt"]
+        await S.ensure_consumers(self.js, self.partitions, cfg.ack_wait_s)
+        log("bus.connected", shard=cfg.shard_id, servers=cfg.servers, partitions=self.partitions,
+            cluster_created=created)
+
+    async def heartbeat(self) -> None:
+        doc = {"shard": self.cfg.shard_id, "time": time.time(), "pid": os.getpid(), "partitions": sorted(self.claims),
+               "versions": {str(p): w.version for p, w in self.workers.items()},
+               "counters": {str(p): w.counters.as_dict() for p, w in self.workers.items()}}
+        await self.shards.put(f"alive.{self.cfg.shard_id}", json.dumps(doc, separators=(",", ":")).encode())
+
+    async def live(self) -> dict[str, dict]:
+        """{shard id: heartbeat document} of the shards whose heartbeat has not expired."""
+        try:
+            keys = await self.shards.keys()
+        except NoKeysError:
+            keys = []
+        out = {}
+        for k in keys:
+            if not k.startswith("alive."):
+                continue
+            try:
+                entry = await self.shards.get(k)
+            except (KeyNotFoundError, KeyDeletedError):
+                continue
+            value = entry.value or b""
+            try:
+                doc = json.loads(value) if len(value) <= MAX_HEARTBEAT_BYTES else None
+            except ValueError:
+                doc = None
+            if not isinstance(doc, dict):
+                self.heartbeats_ignored += 1
+                doc = {}
+            out[k[len("alive."):]] = doc
+        out[self.cfg.shard_id] = {"partitions": sorted(self.claims)}
+        return out
+
+    async def rebalance(self) -> None:
+        live = await self.live()
+        me = self.cfg.shard_id
+        others_claim = {p for s, d in live.items() if s != me for p in (d.get("partitions") or [])
+                        if isinstance(p, int)}
+        gained, lost = [], []
+        for p in range(self.partitions):
+            mine = owner(p, live) == me
+            w = self.workers.get(p)
+            if w is not None and w.task is not None and w.task.done() and not self.stopping.is_set():
+                lost.append(p)  # a failed worker: released now, started again at the next check
+            elif mine and w is None and p not in others_claim:
+                gained.append(p)
+            elif not mine and w is not None:
+                lost.append(p)
+        if lost:
+            log("bus.ownership", shard=me, lost=lost, live=sorted(live))
+            await asyncio.gather(*(self._release(p) for p in lost))
+            await self.heartbeat()
+        if gained:
+            log("bus.ownership", shard=me, gained=gained, live=sorted(live))
+            self.claims.update(gained)
+            await self.heartbeat()  # claim first: no other shard starts these partitions meanwhile
+            for p in gained:
+                w = PartitionWorker(self, p)
+                try:
+                    await w.start()
+                except Exception as err:  # noqa: BLE001 (retried at the next check)
+                    log("bus.takeover_failed", logging.ERROR, partition=p, error=f"{type(err).__name__}: {err}")
+                    self.claims.discard(p)
+                    if w.mgr is not None:
+                        await asyncio.to_thread(w.mgr.close)
+                    continue
+                self.workers[p] = w
+
+    async def _release(self, p: int) -> None:
+        w = self.workers.pop(p)
+        try:
+            await w.stop()
+        except Exception as err:  # noqa: BLE001
+            log("bus.release_failed", logging.ERROR, partition=p, error=f"{type(err).__name__}: {err}")
+        self.claims.discard(p)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        await self.connect()
+        try:
+            while not self.stopping.is_set():
+                try:
+                    await self.heartbeat()
+                    await self.rebalance()
+                except (TimeoutError, nats.errors.Error) as err:
+                    log("bus.check_failed", logging.WARNING, error=f"{type(err).__name__}: {err}")
+                try:
+                    await asyncio.wait_for(self.stopping.wait(), self.cfg.heartbeat_s)
+                except TimeoutError:
+                    pass
+        finally:
+            log("bus.stopping", shard=self.cfg.shard_id, partitions=sorted(self.workers))
+            await asyncio.gather(*(self._release(p) for p in list(self.workers)), return_exceptions=True)
+            try:
+                await self.shards.delete(f"alive.{self.cfg.shard_id}")  # the others take over without waiting the TTL
+            except Exception:  # noqa: BLE001
+                pass
+            await self.nc.drain()
+            log("bus.stopped", shard=self.cfg.shard_id)
+        return 0
+
+
+def run_shard(cfg: ShardConfig) -> int:
+    return asyncio.run(Shard(cfg).run())

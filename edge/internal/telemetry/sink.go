@@ -51,6 +51,8 @@ type queue struct {
 	invalid    int64
 	lastBad    string
 	sent       int64 // records shipped (written or accepted by the manager)
+	held       int   // records taken into batches not yet acknowledged (BusSink)
+	heldBytes  int   // their estimated size
 }
 
 func (q *queue) add(r Record, limit, limitBytes int) {
@@ -66,7 +68,7 @@ func (q *queue) add(r Record, limit, limitBytes int) {
 	size := EncodedSize(&r)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.pending) >= orDefault(limit, DefaultLimit) || q.bytes+size > orDefault(limitBytes, DefaultLimitBytes) {
+	if len(q.pending)+q.held >= orDefault(limit, DefaultLimit) || q.bytes+q.heldBytes+size > orDefault(limitBytes, DefaultLimitBytes) {
 		q.dropped++
 		q.droppedAll++
 		return
@@ -136,7 +138,7 @@ type QueueStats struct {
 func (q *queue) stats() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return QueueStats{Pending: len(q.pending), PendingBytes: q.bytes, Dropped: q.droppedAll, Invalid: q.invalid, LastInvalid: q.lastBad, Sent: q.sent}
+	return QueueStats{Pending: len(q.pending) + q.held, PendingBytes: q.bytes + q.heldBytes, Dropped: q.droppedAll, Invalid: q.invalid, LastInvalid: q.lastBad, Sent: q.sent}
 }
 
 func orDefault(v, d int) int {

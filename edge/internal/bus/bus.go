@@ -1,0 +1,228 @@
+// Package bus is the edge side of docs/bus.md: the NATS connection, the
+// partition function, the signed table envelopes and the table watcher
+// (tailor-tables bucket) with its on-disk cache, and the JetStream
+// publisher behind telemetry.BusSink.
+package bus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
+)
+
+// Names of the contract (docs/bus.md).
+const (
+	TelemetryStream = "TAILOR_TELEMETRY"
+	TelemetryPrefix = "tailor.tel."
+	TablesBucket    = "tailor-tables"
+	ClusterKey      = "cluster"
+	PartKeyPrefix   = "part."
+	MaxPartitions   = 256
+	DefaultPop      = "default"
+)
+
+// ErrBus prefixes configuration and connection errors.
+var ErrBus = errors.New("bus")
+
+var popRE = regexp.MustCompile(`^[a-z0-9-]{1,32}$`)
+
+// CheckPop validates --pop ([a-z0-9-]{1,32}).
+func CheckPop(pop string) error {
+	if !popRE.MatchString(pop) {
+		return fmt.Errorf("--pop %q: want 1 to 32 characters of [a-z0-9-]", truncate(pop, 40))
+	}
+	return nil
+}
+
+// Partition is FNV-1a-32 of the canonical client prefix text, mod P
+// (P in 1..MaxPartitions; any other P gives 0).
+func Partition(clientPrefix string, P int) int {
+	if P <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(clientPrefix))
+	return int(h.Sum32() % uint32(P))
+}
+
+// Options are the --bus flags.
+type Options struct {
+	URLs         string      // --bus: nats://HOST:PORT[,nats://HOST:PORT...]
+	User         string      // --bus-user ("" = no authentication)
+	PasswordFile string      // --bus-password-file
+	Name         string      // client name shown by the server
+	Log          *log.Logger // connects and disconnects; default log.Default()
+	// ReconnectWait is the pause between reconnect attempts; default 1 s.
+	ReconnectWait time.Duration
+}
+
+// maxPasswordBytes bounds --bus-password-file.
+const maxPasswordBytes = 1024
+
+// CheckURLs validates --bus: a comma-separated list of nats:// or tls://
+// URLs with a host and a port.
+func CheckURLs(s string) ([]string, error) {
+	if s == "" {
+		return nil, fmt.Errorf("--bus: empty")
+	}
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		u = strings.TrimSpace(u)
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "nats" && p.Scheme != "tls") || p.User != nil || (p.Path != "" && p.Path != "/") {
+			return nil, fmt.Errorf("--bus %q: want nats://HOST:PORT (comma-separated for several)", truncate(u, 80))
+		}
+		if _, port, err := net.SplitHostPort(p.Host); err != nil || port == "" {
+			return nil, fmt.Errorf("--bus %q: want nats://HOST:PORT (comma-separated for several)", truncate(u, 80))
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// ReadPassword reads --bus-password-file (the first line, at most 1 KiB).
+func ReadPassword(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("--bus-password-file: %v", err)
+	}
+	defer f.Close()
+	buf := make([]byte, maxPasswordBytes+1)
+	n, _ := f.Read(buf)
+	if n > maxPasswordBytes {
+		return "", fmt.Errorf("--bus-password-file %s: longer than %d bytes", path, maxPasswordBytes)
+	}
+	pw, _, _ := bytes.Cut(buf[:n], []byte("\n"))
+	pw = bytes.TrimRight(pw, "\r")
+	if len(pw) == 0 {
+		return "", fmt.Errorf("--bus-password-file %s: empty", path)
+	}
+	return string(pw), nil
+}
+
+// Connect opens the connection. It does not wait for the server: with no
+// server reachable it returns at once and keeps trying (RetryOnFailedConnect,
+// unlimited reconnects), so an edge starts without a bus.
+func Connect(o Options) (*nats.Conn, error) {
+	urls, err := CheckURLs(o.URLs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBus, err)
+	}
+	logger := o.Log
+	if logger == nil {
+		logger = log.Default()
+	}
+	wait := o.ReconnectWait
+	if wait <= 0 {
+		wait = time.Second
+	}
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(wait),
+		nats.ReconnectJitter(wait/4, wait/4),
+		nats.ConnectHandler(func(c *nats.Conn) { logger.Printf("bus: connected to %s", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { logger.Printf("bus: reconnected to %s", c.ConnectedUrlRedacted()) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Printf("bus: disconnected: %v", err)
+			} else {
+				logger.Printf("bus: disconnected")
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				logger.Printf("bus: error on %s: %v", sub.Subject, err)
+			} else {
+				logger.Printf("bus: error: %v", err)
+			}
+		}),
+	}
+	switch {
+	case o.User != "" && o.PasswordFile == "":
+		return nil, fmt.Errorf("%w: --bus-user needs --bus-password-file", ErrBus)
+	case o.User == "" && o.PasswordFile != "":
+		return nil, fmt.Errorf("%w: --bus-password-file needs --bus-user", ErrBus)
+	case o.User != "":
+		pw, err := ReadPassword(o.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBus, err)
+		}
+		opts = append(opts, nats.UserInfo(o.User, pw))
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --bus %s: %v", ErrBus, o.URLs, err)
+	}
+	if !nc.IsConnected() {
+		logger.Printf("bus: %s not reachable yet; retrying in the background", o.URLs)
+	}
+	return nc, nil
+}
+
+// Publisher publishes telemetry batches to JetStream (telemetry.Publisher).
+type Publisher struct {
+	NC      *nats.Conn
+	JS      jetstream.JetStream
+	Timeout time.Duration // per publish; default 5 s
+}
+
+// NewPublisher wraps nc.
+func NewPublisher(nc *nats.Conn) (*Publisher, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBus, err)
+	}
+	return &Publisher{NC: nc, JS: js}, nil
+}
+
+// ErrAway: not connected (the batch stays buffered).
+var ErrAway = errors.New("bus not connected")
+
+// Publish sends data with the Nats-Msg-Id header and waits for the PubAck.
+// A JetStream refusal (API error) wraps telemetry.ErrPublishRefused.
+func (p *Publisher) Publish(ctx context.Context, subject, msgID string, data []byte) error {
+	if !p.NC.IsConnected() {
+		return ErrAway
+	}
+	t := p.Timeout
+	if t <= 0 {
+		t = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, t)
+	defer cancel()
+	_, err := p.JS.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return fmt.Errorf("%w: %s: %v", telemetry.ErrPublishRefused, subject, err)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("%w: %s: %v", telemetry.ErrPublishRefused, subject, err)
+	}
+	return err
+}
+
+// MaxPayload is the server's message size limit (0 = not connected yet).
+func (p *Publisher) MaxPayload() int64 { return p.NC.MaxPayload() }
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

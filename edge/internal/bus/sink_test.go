@@ -1,0 +1,162 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tailor-project/tailor/edge/internal/bus/bustest"
+	"github.com/tailor-project/tailor/edge/internal/telemetry"
+)
+
+func record(i int) telemetry.Record {
+	return telemetry.Record{Time: 1.7e9, Kind: "response", ClientPrefix: fmt.Sprintf("10.%d.%d.0/24", i/256, i%256),
+		ConfigID: "c-0123456789", TableVersion: 3}
+}
+
+func newSink(t *testing.T, url string, limit int, opts Options) (*telemetry.BusSink, *nats.Conn) {
+	t.Helper()
+	opts.URLs, opts.ReconnectWait, opts.Log = url, 100*time.Millisecond, log.New(os.Stderr, "", 0)
+	nc, err := Connect(opts)
+	must(t, err)
+	t.Cleanup(nc.Close)
+	pub, err := NewPublisher(nc)
+	must(t, err)
+	return &telemetry.BusSink{Pub: pub, Pop: "fra-1", Source: "edge-a", Partitions: func() int { return 4 }, PartitionOf: Partition, Limit: limit}, nc
+}
+
+type stored struct {
+	subject, id string
+	batch       telemetry.Batch
+}
+
+// readStream returns every message of the telemetry stream.
+func readStream(t *testing.T, js jetstream.JetStream) []stored {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := js.OrderedConsumer(ctx, "TAILOR_TELEMETRY", jetstream.OrderedConsumerConfig{})
+	must(t, err)
+	info, err := js.Stream(ctx, "TAILOR_TELEMETRY")
+	must(t, err)
+	n := int(info.CachedInfo().State.Msgs)
+	var out []stored
+	for len(out) < n {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
+		must(t, err)
+		var b telemetry.Batch
+		must(t, json.Unmarshal(m.Data(), &b))
+		must(t, b.Validate())
+		out = append(out, stored{m.Subject(), m.Headers().Get(jetstream.MsgIDHeader), b})
+	}
+	return out
+}
+
+var msgIDRE = regexp.MustCompile(`^edge-a/[0-9a-f]{16}/[0-9]+$`)
+
+func checkStored(t *testing.T, msgs []stored) (records int, dropped int64) {
+	t.Helper()
+	ids := map[string]bool{}
+	for _, m := range msgs {
+		p, err := strconv.Atoi(strings.TrimPrefix(m.subject, "tailor.tel.fra-1."))
+		if err != nil || !strings.HasPrefix(m.subject, "tailor.tel.fra-1.") {
+			t.Fatalf("subject %q", m.subject)
+		}
+		if !msgIDRE.MatchString(m.id) || ids[m.id] {
+			t.Errorf("Nats-Msg-Id %q (repeated: %v)", m.id, ids[m.id])
+		}
+		ids[m.id] = true
+		for _, r := range m.batch.Records {
+			if got := Partition(r.ClientPrefix, 4); got != p {
+				t.Errorf("%s in %s (partition %d)", r.ClientPrefix, m.subject, got)
+			}
+		}
+		records += len(m.batch.Records)
+		if m.batch.Dropped != nil {
+			dropped += *m.batch.Dropped
+		}
+	}
+	return records, dropped
+}
+
+// TestBusSink: batches per partition with acks; with the server stopped
+// the buffer holds its bound and counts the rest; publishing resumes when
+// a server comes back on the same port and store.
+func TestBusSink(t *testing.T) {
+	srv := bustest.Start(t, false)
+	js, _ := srv.Setup(t)
+	sink, nc := newSink(t, srv.URL(), 100, Options{})
+	ctx := context.Background()
+	for i := range 40 {
+		sink.Add(record(i))
+	}
+	must(t, sink.Flush(ctx))
+	if st := sink.Stats(); st.Sent != 40 || st.Pending != 0 || st.Dropped != 0 {
+		t.Fatalf("after flush: %+v", st)
+	}
+	msgs := readStream(t, js)
+	if n, d := checkStored(t, msgs); n != 40 || d != 0 || len(msgs) < 2 || len(msgs) > 4 {
+		t.Fatalf("stored %d records in %d messages, dropped %d", n, len(msgs), d)
+	}
+
+	srv.Stop()
+	for deadline := time.Now().Add(5 * time.Second); nc.IsConnected(); {
+		if time.Now().After(deadline) {
+			t.Fatal("still connected")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range 150 {
+		sink.Add(record(1000 + i))
+	}
+	must(t, sink.Flush(ctx)) // bus away: nil, records kept
+	if st := sink.Stats(); st.Pending != 100 || st.Dropped != 50 || st.Sent != 40 {
+		t.Fatalf("bus away: %+v, want 100 pending, 50 dropped", st)
+	}
+	time.Sleep(2 * time.Second)
+	srv.Restart()
+	deadline := time.Now().Add(15 * time.Second)
+	for sink.Stats().Pending > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not resumed: %+v", sink.Stats())
+		}
+		time.Sleep(100 * time.Millisecond)
+		must(t, sink.Flush(ctx))
+	}
+	if st := sink.Stats(); st.Sent != 140 || st.Dropped != 50 {
+		t.Fatalf("resumed: %+v", st)
+	}
+	if n, d := checkStored(t, readStream(t, js)); n != 140 || d != 50 {
+		t.Fatalf("stored %d records, dropped %d; want 140 and 50", n, d)
+	}
+}
+
+// TestBusSinkWaitsForPartitions: without the cluster document (P
+// unknown) records wait in the buffer.
+func TestBusSinkWaitsForPartitions(t *testing.T) {
+	srv := bustest.Start(t, false)
+	js, _ := srv.Setup(t)
+	sink, _ := newSink(t, srv.URL(), 100, Options{})
+	P := 0
+	sink.Partitions = func() int { return P }
+	sink.Add(record(1))
+	must(t, sink.Flush(context.Background()))
+	if st := sink.Stats(); st.Pending != 1 || st.Sent != 0 {
+		t.Fatalf("no P: %+v", st)
+	}
+	P = 4
+	must(t, sink.Flush(context.Background()))
+	if n, _ := checkStored(t, readStream(t, js)); n != 1 {
+		t.Fatalf("stored %d", n)
+	}
+}

@@ -19,6 +19,19 @@ def add_parser(sub) -> None:
     m.add_argument("--budget-min", type=float, default=None, help="start no job after this many minutes")
     m.add_argument("--requeue-lateness-ms", type=float, default=None,
                    help="re-measure fetches of runs whose emulator p99 lateness exceeded this (ms)")
+    ca = tsub.add_parser("campaign", help="adaptive-repetition campaign (one job at a time, A/A batches, lateness "
+                                          "requeue, committed pieces; resumable)")
+    ca.add_argument("--plan", required=True, help="plan JSON (its 'reps' is ignored: the adaptive rule decides)")
+    ca.add_argument("--out", required=True, help="dataset directory (resumed if it exists)")
+    ca.add_argument("--min-reps", type=int, default=6, help="valid repetitions every cell gets (default 6)")
+    ca.add_argument("--max-reps", type=int, default=15, help="cap per cell (default 15)")
+    ca.add_argument("--step", type=int, default=3, help="repetitions added per round to unresolved cells (default 3)")
+    ca.add_argument("--target", type=float, default=0.03, help="relative half-width of the median's 95%% interval (default 0.03)")
+    ca.add_argument("--aa", default=None, metavar="CC:IW", help="measure this configuration as two A/A batches per condition")
+    ca.add_argument("--lateness-ms", type=float, default=2.0, help="re-measure runs whose emulator p99 lateness exceeded this")
+    ca.add_argument("--budget-h", type=float, default=None, help="start no job after this many hours")
+    ca.add_argument("--max-jobs", type=int, default=None, help="stop after this many jobs (a piece)")
+    ca.add_argument("--commit", action="store_true", help="git-commit the dataset directory after every condition")
     fa = tsub.add_parser("fairness", help="Jain's fairness of tuned vs default flows on one shallow bottleneck")
     fa.add_argument("--flows", type=int, default=30, help="concurrent long flows (default 30)")
     fa.add_argument("--rate-mbit", type=float, default=30.0, help="bottleneck rate (default 30 Mbit/s)")
@@ -48,6 +61,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     if args.testbed_command == "measure":
         return _measure(args)
+    if args.testbed_command == "campaign":
+        return _campaign(args)
     if args.testbed_command == "fairness":
         return _fairness(args)
     if args.testbed_command == "quic":
@@ -92,6 +107,22 @@ def _measure(args) -> int:
     keys = ("rows", "ok_rows", "fetches_ok", "fetches_failed", "jobs_skipped_budget", "started_utc", "finished_utc")
     print(json.dumps({k: prov.get(k) for k in keys}))
     return 0 if prov.get("fetches_failed", 0) == 0 else 1
+
+
+def _campaign(args) -> int:
+    from tailor.testbed.campaign import Adaptive, campaign
+    from tailor.testbed.plan import Plan, Transport
+
+    _interrupt_on_term()
+    aa = None
+    if args.aa:
+        cc, _, iw = args.aa.partition(":")
+        aa = Transport(cc, int(iw or 10))
+    out = campaign(Plan.load(args.plan), Path(args.out), Adaptive(args.min_reps, args.step, args.max_reps, args.target),
+                   aa, budget_s=args.budget_h * 3600 if args.budget_h else None, lateness_ms=args.lateness_ms,
+                   commit=args.commit, max_jobs=args.max_jobs)
+    print(json.dumps(out))
+    return 0
 
 
 def _quic(args) -> int:

@@ -7,7 +7,8 @@ and socket pools, like a new incognito profile) with the HTTP cache disabled, an
 the load, closing its connections. Page-load time = ``loadEventEnd`` of the PerformanceNavigationTiming entry
 (= loadEventEnd - navigationStart), read back with ``Runtime.evaluate`` once the load event has fired.
 
-Each record also carries DOMContentLoaded, ``full_ms`` (the last object's responseEnd, once every expected
+Each record also carries the browser's CPU time during the load (``cpu_ms``: every process of its session, so
+CPU contention is not mistaken for a network effect), DOMContentLoaded, ``full_ms`` (the last object's responseEnd, once every expected
 object arrived), the resources with the protocol each used, and the server namespace's TCP counters
 before/after (as ``client_script``). A load is valid only if every non-font object of the page arrived over the
 intended HTTP version. Web fonts are requested at layout time and do not delay the load event; Chromium
@@ -171,6 +172,24 @@ def load(cdp: CDP, url: str, max_time: float, expect: list[str] | None = None) -
             pass
 
 
+def browser_cpu_ms(session: int) -> float:
+    """CPU time (user + system, ms) of the browser's processes: every live process of its session (the browser
+    was started in a new session, so every helper it forks is in it) plus what their reaped children used."""
+    tick = 1000.0 / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[3]) == session:  # fields after "(comm)": state ppid pgrp session ...; utime = 14th overall
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total * tick
+
+
 def main(spec_path: str) -> int:
     spec = json.load(open(spec_path))
     for net in spec.get("extra_routes", []):  # the other origins' addresses live behind the same link
@@ -181,12 +200,15 @@ def main(spec_path: str) -> int:
         try:
             for f in spec["loads"]:
                 before = counters(pid)
+                cpu0, w0 = browser_cpu_ms(proc.pid), time.monotonic()
                 started = time.time()
                 try:
                     rec = load(cdp, f["url"], float(spec["max_time"]), f.get("expect_names"))
                 except (RuntimeError, ValueError, KeyError) as err:
                     rec = {"error": str(err)[-300:]}
                 after = counters(pid)
+                rec["cpu_ms"] = browser_cpu_ms(proc.pid) - cpu0  # the browser's CPU time during this load
+                rec["cpu_window_ms"] = 1000 * (time.monotonic() - w0)  # context set-up to disposal, load included
                 want = "h2" if f["http"] == "2" else "http/1.1"
                 protos = rec.get("protos", {})
                 names = rec.pop("names", [])

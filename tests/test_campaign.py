@@ -1,0 +1,134 @@
+"""tailor testbed campaign: the adaptive-repetition rule, round planning, A/A, and resumption with the real harness."""
+
+import json
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tailor.testbed.campaign import Adaptive, aa_check, campaign, cells, median_interval, round_jobs
+from tailor.errors import TailorError
+from tailor.testbed.plan import Plan, Transport
+
+TINY = {"conditions": [{"name": "c-20m-10ms", "down_mbps": 20, "up_mbps": 20, "rtt_ms": 10, "loss": 0.0,
+                        "family": "test", "source": "test"}], "sizes": [10240], "configs": [{"cc": "cubic", "iw": 10}]}
+
+
+def _testbed_ready() -> str | None:
+    import os
+
+    from tailor.testbed.server import require_tools
+
+    if os.geteuid() != 0 or not os.path.exists("/dev/net/tun"):
+        return "needs root and /dev/net/tun (namespaces, the TUN link emulator)"
+    try:
+        require_tools("nginx", "curl", "openssl", "ip")
+    except TailorError as err:
+        return str(err)
+    return None
+
+
+def test_median_interval_covers_at_least_the_level():
+    rng = np.random.default_rng(7)
+    for n in (6, 9, 15, 30):
+        hits = 0
+        for _ in range(4000):
+            lo, hi = median_interval(rng.lognormal(0.0, 0.4, n))
+            hits += lo <= 1.0 <= hi  # the lognormal(0, s) median is 1
+        assert hits / 4000 >= 0.94, n  # >= 95% by construction; 4000 draws leave ~0.4% of sampling error
+    assert all(np.isnan(median_interval(np.ones(5))))  # [min, max] of 5 covers only 93.75%
+    assert median_interval(np.arange(1, 11)) == (2.0, 9.0)  # l = 1: 1 - 2 P(Bin(10, .5) <= 1) = 0.978
+
+
+def test_adaptive_rule():
+    a = Adaptive(min_reps=6, step=3, max_reps=12, target=0.03)
+    assert a.wanted([]) == 6 and a.wanted([100.0] * 4) == 6
+    tight = [100, 100.5, 99.8, 100.2, 99.9, 100.1]
+    assert a.resolved(tight) and a.wanted(tight) == 6
+    wide = [80, 90, 100, 110, 120, 130]
+    assert not a.resolved(wide) and a.wanted(wide) == 9
+    assert a.wanted(wide + [95, 105, 100, 99, 101, 98]) == 12  # at the cap: done, unresolved
+    with pytest.raises(ValueError):
+        Adaptive(min_reps=5)
+
+
+def _rows(plan, values_by_tr, batch=""):
+    rows = []
+    for tr, values in values_by_tr.items():
+        for rep, v in enumerate(values):
+            key = f"{plan.conditions[0].name}|{tr.tag()}|h1.1|10240|r{rep}" + (f"|aa-{batch}" if batch else "")
+            rows.append({"key": key, "ok": True, "completion_ms": float(v), "condition": plan.conditions[0].name,
+                         "cc": tr.cc, "iw": tr.iw, "rto_min_ms": tr.rto_min_ms, "http": "1.1", "size_bytes": 10240,
+                         "page": "", "rep": rep, "loss": 0.0})
+    return rows
+
+
+def test_rounds_bring_unresolved_cells_up_and_stop_at_resolution():
+    plan = Plan.from_dict({**TINY, "http": ["1.1"], "configs": [{"cc": "cubic", "iw": 10}, {"cc": "bbr", "iw": 32}]})
+    cubic, bbr = plan.transports
+    a = Adaptive(min_reps=6, step=3, max_reps=9)
+    first = round_jobs(plan, pd.DataFrame(), a)
+    assert [len(j.fetches) for j in first] == [6, 6] and first[0].fetches[0].key.endswith("|r0")
+    df = pd.DataFrame(_rows(plan, {cubic: [100, 100.1, 99.9, 100, 100.2, 99.8], bbr: [70, 90, 110, 80, 100, 120]}))
+    second = round_jobs(plan, df, a)
+    assert len(second) == 1 and second[0].transport == bbr
+    assert [f.rep for f in second[0].fetches] == [6, 7, 8]  # new indices after the stored ones
+    df = pd.concat([df, pd.DataFrame(_rows(plan, {bbr: [70, 90, 110, 80, 100, 120, 95, 96, 97]}))])
+    df = df.drop_duplicates("key", keep="last")
+    assert round_jobs(plan, df, a) == []  # cubic resolved, bbr capped
+    c = cells(df, a).set_index("cc")
+    assert c.loc["cubic", "resolved"] and not c.loc["bbr", "resolved"] and c.loc["bbr", "capped"]
+    assert c.loc["bbr", "lo_ms"] < c.loc["bbr", "median_ms"] < c.loc["bbr", "hi_ms"]
+
+
+def test_aa_batches_open_and_close_each_condition_and_are_compared():
+    plan = Plan.from_dict({**TINY, "http": ["1.1"], "configs": [{"cc": "bbr", "iw": 32}]})
+    aa = Transport("cubic", 10)
+    jobs = round_jobs(plan, pd.DataFrame(), Adaptive(), aa)
+    assert [(j.transport.tag(), j.fetches[0].key.rsplit("|", 1)[-1]) for j in jobs] == \
+        [("cubic|iw10|rto200", "aa-a"), ("bbr|iw32|rto200", "r0"), ("cubic|iw10|rto200", "aa-b")]
+    df = pd.DataFrame(_rows(plan, {aa: [100] * 6}, "a") + _rows(plan, {aa: [101] * 6}, "b"))
+    out = aa_check(df)
+    assert len(out) == 1 and out.iloc[0]["diff"] == pytest.approx(0.01) and out.iloc[0]["resolved"]
+
+
+@pytest.mark.testbed
+def test_interrupted_campaign_resumes_without_measuring_twice(tmp_path):
+    """A real campaign (tailor-link namespaces, nginx, curl) stopped after one job, then interrupted inside a job
+    after two fetches, then resumed: every cell ends with exactly its wanted valid repetitions, nothing twice."""
+    reason = _testbed_ready()
+    if reason:
+        pytest.skip(reason)
+    from tailor.testbed.campaign import harness
+
+    plan = Plan.from_dict({**TINY, "http": ["1.1"], "configs": [{"cc": "cubic", "iw": 10}, {"cc": "bbr", "iw": 10}]})
+    a = Adaptive(min_reps=6, step=3, max_reps=6)
+    out = tmp_path / "ds"
+    first = campaign(plan, out, a, max_jobs=1, lateness_ms=1e6)
+    assert first["stop"] == "max_jobs" and first["jobs"] == 1
+    assert len(pd.read_parquet(out / "measurements.parquet")) == 6
+
+    class Interrupt(Exception):
+        pass
+
+    with harness(plan, out) as real:
+        def interrupted(job, todo, on_row):
+            seen = []
+
+            def row(r):
+                on_row(r)
+                seen.append(r)
+                if len(seen) == 2:
+                    raise Interrupt()
+            return real(job, todo, row)
+
+        with pytest.raises(Interrupt):
+            campaign(plan, out, a, run_job=interrupted, lateness_ms=1e6)
+    done = campaign(plan, out, a, lateness_ms=1e6)
+    assert done["stop"] == "done" and done["cells"] == 2
+    df = pd.read_parquet(out / "measurements.parquet")
+    assert df["key"].is_unique and df["ok"].all() and len(df) == 12
+    assert sorted(df.groupby("cc")["rep"].apply(sorted).tolist()) == [list(range(6))] * 2
+    assert (out / "intervals.parquet").exists() and json.loads((out / "plan.json").read_text())["adaptive"]
+    assert not subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count("tl-")

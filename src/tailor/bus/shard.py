@@ -50,6 +50,7 @@ FETCH_TIMEOUT_S = 0.5
 MAX_ARCHIVE_PREFIXES = 5_000  # prefixes in a partition's archive summary (most records first); the rest counted
 MAX_HEARTBEAT_BYTES = 64 << 10  # a heartbeat value larger than this is ignored (counted)
 SHARD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CRASH_ENV = "TAILOR_BUS_CRASH_BEFORE_ACK"  # tests only: "1" exits (137) after the first state write that folds messages
 
 
 @dataclass
@@ -78,6 +79,7 @@ class ShardConfig:
 class Counters:
     messages: int = 0
     duplicates: int = 0  # messages at or below the watermark (already in the state): acknowledged, not ingested
+    redelivered: int = 0  # messages delivered again while waiting for their fold: ingested once
     records: int = 0  # records accepted into the partition's store
     refused_partition: int = 0  # records whose client_prefix is in another partition
     rejected: int = 0  # records the ingest validation refused
@@ -122,7 +124,9 @@ class PartitionWorker:
         self.mgr = None
         self.sub = None
         self.watermark = Watermark()
-        self.pending: list = []  # ingested, not yet folded and acknowledged (bounded by the consumer's max ack pending)
+        self.pending: dict[int, object] = {}  # stream seq -> latest delivery: ingested, not yet folded nor acknowledged
+        self.ack_wait_s = S.ACK_WAIT_S
+        self._progress_at = time.monotonic()
         self.published_version: int | None = None
         self._stop = asyncio.Event()
         self.task: asyncio.Task | None = None
@@ -189,6 +193,7 @@ class PartitionWorker:
             await asyncio.to_thread(self.mgr.republish, prev, "takeover")
         await self._publish_envelope(force=True)
         self.sub = await sh.js.pull_subscribe_bind(consumer=self.name, stream=S.STREAM)
+        self.ack_wait_s = (await sh.js.consumer_info(S.STREAM, self.name)).config.ack_wait or S.ACK_WAIT_S
         log("bus.takeover", partition=self.p, shard=sh.cfg.shard_id, restored=loaded is not None,
             watermark=self.watermark.floor, folded_above=len(self.watermark.above), previous_version=prev,
             version=self.mgr.current.version)
@@ -210,6 +215,8 @@ class PartitionWorker:
                         await self._handle(msg)
                 else:
                     await asyncio.sleep(FETCH_TIMEOUT_S)
+                if self.pending and time.monotonic() - self._progress_at > self.ack_wait_s / 3:
+                    await self._keep_pending()
                 if time.monotonic() >= next_cycle:
                     next_cycle = time.monotonic() + freq
                     await self._commit()
@@ -217,6 +224,12 @@ class PartitionWorker:
             raise
         except Exception as err:  # noqa: BLE001 (logged; the shard restarts the worker at its next check)
             log("bus.worker_failed", logging.ERROR, partition=self.p, error=f"{type(err).__name__}: {str(err)[:300]}")
+
+    async def _keep_pending(self) -> None:
+        """A cycle longer than the ack wait: tell JetStream the ingested messages are still being worked on."""
+        self._progress_at = time.monotonic()
+        for m in self.pending.values():
+            await m.in_progress()
 
     async def _handle(self, msg) -> None:
         c = self.counters
@@ -226,11 +239,15 @@ class PartitionWorker:
             c.duplicates += 1
             await msg.ack()
             return
+        if seq in self.pending:  # redelivered before its fold (ack wait shorter than the cycle): ingested once
+            c.redelivered += 1
+            self.pending[seq] = msg
+            return
         if len(msg.data) > S.MAX_MSG_BYTES:
             c.invalid_batches += 1
             log("bus.batch_refused", logging.WARNING, partition=self.p, seq=seq,
                 reason=f"message field (root): {len(msg.data)} bytes is over {S.MAX_MSG_BYTES}")
-            self.pending.append(msg)
+            self.pending[seq] = msg
             return
         body = self._own_records(msg.data, seq)
         result = await asyncio.to_thread(self.mgr.ingest, body)
@@ -242,7 +259,7 @@ class PartitionWorker:
             c.invalid_batches += 1 if not result.rejected else 0
         c.records += result.accepted
         c.rejected += result.rejected
-        self.pending.append(msg)
+        self.pending[seq] = msg
 
     def _own_records(self, data: bytes, seq: int) -> bytes:
         """The batch without the records of other partitions (counted); anything unparsable goes to the ingest
@@ -273,7 +290,7 @@ class PartitionWorker:
         from tailor.manager.service import CycleError
 
         c, mgr, sh = self.counters, self.mgr, self.shard
-        folded = self.pending
+        folded = list(self.pending.values())
         try:
             summary = await asyncio.to_thread(mgr.run_cycle)
         except CycleError as err:
@@ -282,7 +299,7 @@ class PartitionWorker:
                 log("bus.cycle_failed", logging.ERROR, partition=self.p, error=str(err)[:300], pending=len(folded))
                 return
             summary = None  # the span was quarantined: folded (skipped) for good
-        self.pending = []
+        self.pending = {}
         c.cycles += 1
         if folded or c.states_written == 0 or final or (summary and summary.published):
             info = await sh.js.consumer_info(S.STREAM, self.name)
@@ -291,6 +308,8 @@ class PartitionWorker:
             blob = await asyncio.to_thread(seal, sh.state_key, self.p, self.watermark, mgr._good_state)
             await sh.obj.put(S.part_key(self.p), blob)
             c.states_written += 1
+            if folded and os.environ.get(CRASH_ENV) == "1":  # tests only: a crash between state and acknowledgements
+                os._exit(137)
             for m in folded:
                 await m.ack()
             await sh.nc.flush()

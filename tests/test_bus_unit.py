@@ -1,0 +1,90 @@
+"""tailor.bus without a server: partition vectors, rendezvous ownership, authenticated state, cluster document."""
+
+import json
+import pickle
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from tailor.bus import setup as S
+from tailor.bus.partition import assignment, fnv1a32, owner, partition
+from tailor.bus.state import MAGIC, StateError, Watermark, open_sealed, seal, state_key
+from tailor.errors import ParameterError
+from tailor.paths import SPEC_DIR
+
+
+def test_partition_vectors():
+    doc = json.loads((SPEC_DIR / "vectors" / "bus" / "partition.json").read_text())
+    assert doc["cases"]
+    for case in doc["cases"]:
+        assert fnv1a32(case["client_prefix"].encode()) == case["fnv1a32"]
+        for p, want in case["partition"].items():
+            assert partition(case["client_prefix"], int(p)) == want, (case["client_prefix"], p)
+
+
+def test_rendezvous_ownership_is_stable_and_minimal():
+    shards = ["a", "b", "c"]
+    before = assignment(64, shards)
+    assert set(before.values()) == set(shards)  # 64 partitions over 3 shards: each gets some
+    assert assignment(64, reversed(shards)) == before  # order of the live set does not matter
+    after = assignment(64, ["a", "c"])  # b dies: only b's partitions move
+    assert all(after[p] == o for p, o in before.items() if o != "b")
+    assert all(after[p] in ("a", "c") for p in after)
+    assert owner(0, []) is None
+
+
+def _key():
+    return state_key(Ed25519PrivateKey.generate())
+
+
+def test_state_round_trip_and_watermark():
+    key = _key()
+    wm = Watermark(10, {12, 15})
+    blob = seal(key, 3, wm, pickle.dumps({"fed_seq": 7}))
+    header, got, state = open_sealed(key, 3, blob)
+    assert state == {"fed_seq": 7} and got.floor == 10 and got.above == {12, 15} and header["partition"] == 3
+    assert got.folded(9) and got.folded(12) and not got.folded(11) and not got.folded(16)
+    got.advance(13)
+    assert got.floor == 13 and got.above == {15}
+
+
+class _Boom:
+    def __reduce__(self):  # unpickling this would run code: it must never be reached for an unauthentic state
+        return (pytest.fail, ("unpickled an unauthenticated state",))
+
+
+def test_state_hmac_refusal():
+    key = _key()
+    evil = pickle.dumps(_Boom())
+    good = seal(key, 1, Watermark(), pickle.dumps({"x": 1}))
+    with pytest.raises(StateError, match="HMAC"):
+        open_sealed(_key(), 1, good)  # another signing key
+    forged = good[:len(MAGIC) + 32] + good[len(MAGIC) + 32:-5] + b"xxxxx"
+    with pytest.raises(StateError, match="HMAC"):
+        open_sealed(key, 1, forged)  # altered bytes
+    with pytest.raises(StateError, match="HMAC"):
+        open_sealed(_key(), 1, seal(key, 1, Watermark(), evil))  # a payload sealed with a key we do not hold
+    with pytest.raises(StateError, match="magic"):
+        open_sealed(key, 1, evil)  # a bare pickle
+    with pytest.raises(StateError, match="partition 1's, not 2's"):
+        open_sealed(key, 2, good)
+
+
+def test_cluster_document_checks():
+    ok = {"schema": S.CLUSTER_SCHEMA, "partitions": 6, "salt": "0" * 32}
+    assert S.check_cluster_doc(json.dumps(ok).encode()) == ok
+    for field, value in (("partitions", 0), ("partitions", 257), ("partitions", True), ("salt", "xyz"),
+                         ("schema", "other")):
+        with pytest.raises(ParameterError, match=f"'{field}' field"):
+            S.check_cluster_doc(json.dumps(dict(ok, **{field: value})).encode())
+    with pytest.raises(ParameterError, match="'\\(root\\)' field"):
+        S.check_cluster_doc(b"[1]")
+
+
+def test_manager_flags_need_a_shard_id(tmp_path):
+    from tailor.cli import main
+
+    assert main(["manager", "--bus", "nats://127.0.0.1:1", "--data", str(tmp_path)]) == 2
+    assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a b", "--data", str(tmp_path)]) == 2
+    assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a", "--partitions", "300",
+                 "--data", str(tmp_path)]) == 2

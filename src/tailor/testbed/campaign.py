@@ -240,6 +240,17 @@ def campaign(plan: Plan, out_dir: Path, adaptive: Adaptive = Adaptive(), aa: Tra
             "unresolved_capped": int((~c["resolved"] & c["capped"]).sum()) if len(c) else 0}
 
 
+def estimate(plan: Plan, adaptive: Adaptive, aa: Transport | None, out_dir: Path | None = None) -> dict:
+    """The next round's jobs, loads and estimated machine time (``Job.estimate_s``), from what is stored."""
+    from tailor.testbed.store import Store
+
+    df = Store(out_dir).measurements() if out_dir is not None and Path(out_dir).exists() else pd.DataFrame()
+    jobs = round_jobs(plan, df, adaptive, aa)
+    return {"jobs": len(jobs), "loads": sum(len(j.fetches) for j in jobs),
+            "estimate_h": round(sum(j.estimate_s() for j in jobs) / 3600, 2),
+            "conditions": len({j.condition.name for j in jobs}), "stored_rows": int(len(df))}
+
+
 @contextlib.contextmanager
 def harness(plan: Plan, store_dir: Path):
     """The real measurement of one job (tailor-link namespaces, nginx, curl or Chromium) as ``run_job``."""

@@ -32,6 +32,7 @@ def add_parser(sub) -> None:
     ca.add_argument("--budget-h", type=float, default=None, help="start no job after this many hours")
     ca.add_argument("--max-jobs", type=int, default=None, help="stop after this many jobs (a piece)")
     ca.add_argument("--commit", action="store_true", help="git-commit the dataset directory after every condition")
+    ca.add_argument("--estimate", action="store_true", help="print the first round's jobs, loads and time estimate only")
     fa = tsub.add_parser("fairness", help="Jain's fairness of tuned vs default flows on one shallow bottleneck")
     fa.add_argument("--flows", type=int, default=30, help="concurrent long flows (default 30)")
     fa.add_argument("--rate-mbit", type=float, default=30.0, help="bottleneck rate (default 30 Mbit/s)")
@@ -118,8 +119,13 @@ def _campaign(args) -> int:
     if args.aa:
         cc, _, iw = args.aa.partition(":")
         aa = Transport(cc, int(iw or 10))
-    out = campaign(Plan.load(args.plan), Path(args.out), Adaptive(args.min_reps, args.step, args.max_reps, args.target),
-                   aa, budget_s=args.budget_h * 3600 if args.budget_h else None, lateness_ms=args.lateness_ms,
+    adaptive = Adaptive(args.min_reps, args.step, args.max_reps, args.target)
+    if args.estimate:
+        from tailor.testbed.campaign import estimate
+
+        print(json.dumps(estimate(Plan.load(args.plan), adaptive, aa, Path(args.out))))
+        return 0
+    out = campaign(Plan.load(args.plan), Path(args.out), adaptive, aa, budget_s=args.budget_h * 3600 if args.budget_h else None, lateness_ms=args.lateness_ms,
                    commit=args.commit, max_jobs=args.max_jobs)
     print(json.dumps(out))
     return 0

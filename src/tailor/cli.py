@@ -1,4 +1,5 @@
-"""Command line: `tailor evaluate`, `tailor knobs`, `tailor scenario`, `tailor table`, `tailor manager`, `tailor demo`."""
+"""Command line: `tailor evaluate`, `tailor knobs`, `tailor scenario`, `tailor table`, `tailor manager`, `tailor cluster`,
+`tailor demo`."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from tailor.manager.server import add_arguments as _add_manager
 
     _add_manager(sub.add_parser("manager", help="run the manager: telemetry in, decision tables out (docs/manager.md)"))
+    from tailor.bus.cluster import add_parser as _add_cluster
+
+    _add_cluster(sub)
     from tailor.demo.cli import add_parser as _add_demo
 
     _add_demo(sub)
@@ -81,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # building the parser imports the registry: a missing spec/ or data/ (tailor.paths) is one error line
         args = _build_parser().parse_args(argv)
         return {"evaluate": _evaluate, "knobs": _knobs, "scenario": _scenario, "table": _table, "study": _study, "testbed": _testbed,
-                "manager": _manager, "demo": _demo, "probe": _probe, "oracle": _oracle}[args.command](args, argv)
+                "manager": _manager, "cluster": _cluster, "demo": _demo, "probe": _probe, "oracle": _oracle}[args.command](args, argv)
     except TailorError as err:
         print(f"tailor: error: {err}", file=sys.stderr)
         return 2
@@ -144,6 +148,12 @@ def _testbed(args, argv) -> int:
 
 def _manager(args, argv) -> int:
     from tailor.manager.server import run
+
+    return run(args)
+
+
+def _cluster(args, argv) -> int:
+    from tailor.bus.cluster import run
 
     return run(args)
 

@@ -5,8 +5,8 @@ users are asked for, authorization with two users (docs/bus.md, Security):
 
 * ``manager``: the JetStream API and everything the shards touch (``tailor.>``, the buckets' and object
   store's subjects, acknowledgements), replies in ``_INBOX.>``;
-* ``edge``: :data:`EDGE_PUBLISH` / :data:`EDGE_SUBSCRIBE` only: publish telemetry, read-and-watch the
-  ``tailor-tables`` bucket (stream info, an ordered consumer, direct/message get), nothing else: an edge cannot
+* ``edge``: :data:`EDGE_PUBLISH` / :data:`EDGE_SUBSCRIBE` only: publish telemetry, watch the ``tailor-tables``
+  bucket (stream info, an ordered consumer and its flow control), nothing else: an edge cannot
   write a table, read learned state or the archive, or touch the telemetry consumers.
 
 Passwords are random (32 hex digits) and written to ``<dir>/<user>.password`` with mode 0600.
@@ -26,17 +26,11 @@ from pathlib import Path
 from tailor.errors import TailorError
 
 TABLES_STREAM = "KV_tailor-tables"
-EDGE_PUBLISH = [
-    "tailor.tel.>",  # telemetry batches (JetStream publish: the PubAck comes back to an _INBOX reply)
-    "$JS.API.INFO",  # account info (nats.go checks JetStream is there)
+EDGE_PUBLISH = [  # the same list as edge/internal/bus/bustest.EdgePermissions (what nats.go's KV watch needs)
+    "tailor.tel.>",  # telemetry batches (the PubAck comes back to an _INBOX reply)
     f"$JS.API.STREAM.INFO.{TABLES_STREAM}",  # binding the key-value bucket
-    f"$JS.API.STREAM.MSG.GET.{TABLES_STREAM}",  # kv.Get without direct get
-    f"$JS.API.DIRECT.GET.{TABLES_STREAM}",
-    f"$JS.API.DIRECT.GET.{TABLES_STREAM}.>",
-    f"$JS.API.CONSUMER.CREATE.{TABLES_STREAM}",  # the watch's ordered (ephemeral) consumer, both API forms
-    f"$JS.API.CONSUMER.CREATE.{TABLES_STREAM}.>",
+    f"$JS.API.CONSUMER.CREATE.{TABLES_STREAM}.>",  # the watch's ordered consumer (filtered form, nats-server >= 2.9)
     f"$JS.API.CONSUMER.DELETE.{TABLES_STREAM}.>",  # the watch's end
-    f"$JS.API.CONSUMER.INFO.{TABLES_STREAM}.>",
     f"$JS.FC.{TABLES_STREAM}.>",  # flow-control replies of the watch's push consumer
 ]
 EDGE_SUBSCRIBE = ["_INBOX.>"]  # request replies and the watch's deliveries

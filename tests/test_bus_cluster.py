@@ -1,0 +1,83 @@
+"""``tailor cluster`` (with --edges 0: the edges' bus flags are the Go side's) and the bus users' permissions."""
+
+import asyncio
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tailor.bus import setup as S
+from tailor.bus import testing as T
+from tailor.bus.natsd import NatsServer, nats_server_binary
+
+pytestmark = pytest.mark.skipif(nats_server_binary() is None,
+                                reason="needs nats-server (apt-get install nats-server; Debian's is /usr/sbin/nats-server)")
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_cluster_runs_shards_prints_status_and_stops_everything(tmp_path):
+    d = tmp_path / "given"
+    d.mkdir()
+    (d / "mine.txt").write_text("the user's file")
+    res = subprocess.run([sys.executable, "-m", "tailor", "cluster", "--shards", "2", "--edges", "0", "--duration", "12",
+                          "--dir", str(d), "--partitions", "4", "--update-freq", "1", "--status-every", "1.5"],
+                         capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=SRC))
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    assert re.search(r"nats-server  pid \d+  nats://127\.0\.0\.1:\d+", out)
+    owned = [line for line in out.splitlines() if line.startswith("[") and "shard-0:" in line and "shard-1:" in line]
+    assert owned, out
+    last = owned[-1]
+    parts = sorted(int(p) for s in re.findall(r"shard-\d:([\d,]+)", last) for p in s.split(","))
+    assert parts == [0, 1, 2, 3], last  # every partition owned once
+    assert all(f"{p}:v" in last for p in range(4)), last
+    pids = set(int(p) for p in re.findall(r"pid (\d+)", out))
+    assert len(pids) == 3 and not any(_alive(p) for p in pids)
+    assert (d / "mine.txt").read_text() == "the user's file"
+    for f in ("nats/manager.password", "nats/edge.password", "nats/nats-server.conf", "signing.key"):
+        assert stat.S_IMODE((d / f).stat().st_mode) == 0o600, f
+    conf = (d / "nats" / "nats-server.conf").read_text()
+    assert '"tailor.tel.>"' in conf and "authorization" in conf
+
+
+def test_edge_user_may_publish_telemetry_but_not_write_tables_or_read_state(tmp_path):
+    async def scenario(srv):
+        m = await T.connect(srv.url, "manager", srv.password("manager"))
+        e = await T.connect(srv.url, "edge", srv.password("edge"))
+        try:
+            mjs = m.jetstream()
+            await S.ensure_stream(mjs)
+            b = await S.ensure_buckets(mjs)
+            await b["tables"].put("part.0", b"{}")
+            ejs = e.jetstream()
+            ack = await T.EdgePublisher(ejs).publish(0, T.records(3))
+            assert ack.stream == S.STREAM
+            with pytest.raises(Exception):  # noqa: B017 (a permissions violation surfaces as a timeout or an error)
+                await ejs.publish("$KV.tailor-tables.part.0", b"forged", timeout=1)
+            with pytest.raises(Exception):  # noqa: B017
+                await e.request("$JS.API.STREAM.INFO.OBJ_tailor-state", b"", timeout=1)
+            assert (await b["tables"].get("part.0")).value == b"{}"
+        finally:
+            await e.close()
+            await m.close()
+
+    with NatsServer(tmp_path / "nats") as srv:
+        asyncio.run(scenario(srv))
+        log = (tmp_path / "nats" / "nats-server.log").read_text()
+    assert 'Publish Violation - User "edge", Subject "$KV.tailor-tables.part.0"' in log
+    assert 'Publish Violation - User "edge", Subject "$JS.API.STREAM.INFO.OBJ_tailor-state"' in log

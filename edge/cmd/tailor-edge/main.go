@@ -80,6 +80,11 @@ func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err 
 	fs.StringVar(&c.Metrics, "metrics", "", "HOST:PORT for a read-only Prometheus /metrics listener (bind it to loopback or a management network; default off)")
 	fs.StringVar(&c.GeoIPASN, "geoip-asn", "", "MaxMind-format ASN database (GeoLite2-ASN): asn in telemetry records")
 	fs.StringVar(&c.GeoIPRegion, "geoip-region", "", "MaxMind-format City or Country database (GeoLite2-City/-Country): region (CC or CC-SUB) in telemetry records")
+	fs.StringVar(&c.Bus, "bus", "", "nats://HOST:PORT[,nats://...]: tables and telemetry over NATS JetStream (docs/bus.md); not with --table or --telemetry; needs --table-pubkey")
+	fs.StringVar(&c.BusUser, "bus-user", "", "--bus user name")
+	fs.StringVar(&c.BusPasswordFile, "bus-password-file", "", "file holding the --bus user's password (first line)")
+	fs.StringVar(&c.Pop, "pop", "default", "--bus: this edge's point of presence, [a-z0-9-]{1,32} (telemetry subject tailor.tel.<pop>.<partition>)")
+	fs.StringVar(&c.TableCache, "table-cache", "", "directory for the last good tables (written on every change, loaded at start before the bus or the manager answers)")
 	fs.StringVar(&prof, "cpuprofile", "", "write a pprof CPU profile (500 Hz) of the whole run to this file at shutdown (benchmarking)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -111,6 +116,9 @@ func parseFlags(args []string, help io.Writer) (c edge.Config, prof string, err 
 	if t := c.Telemetry; t != "" && t != "-" && !strings.HasPrefix(t, "http://") && !strings.HasPrefix(t, "https://") {
 		return c, prof, fmt.Errorf("--telemetry %q: want an http(s) URL or -", t)
 	}
+	if err := edge.CheckBusFlags(&c); err != nil {
+		return c, prof, err
+	}
 	c.Token = os.Getenv("TAILOR_TOKEN")
 	return c, prof, nil
 }
@@ -138,6 +146,7 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "usage: tailor-edge --listen HOST:PORT --root DIR [--upstream URL] [--cert F --key F | --self-signed]")
 	fmt.Fprintln(w, "                   [--table PATH_OR_URL] [--telemetry URL|-] [--quic] [--device-map F]")
 	fmt.Fprintln(w, "                   [--metrics HOST:PORT] [--geoip-asn F] [--geoip-region F] ...")
+	fmt.Fprintln(w, "       tailor-edge ... --bus nats://HOST:PORT --table-pubkey F [--bus-user U --bus-password-file F] [--pop NAME] [--table-cache DIR]")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
+	"github.com/tailor-project/tailor/edge/internal/bus"
 	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
@@ -58,6 +60,12 @@ type Config struct {
 	Metrics     string // HOST:PORT of the read-only Prometheus /metrics listener; default "" (off)
 	GeoIPASN    string // MaxMind-format ASN database (GeoLite2-ASN); default "" (no asn in telemetry)
 	GeoIPRegion string // MaxMind-format City or Country database; default "" (no region in telemetry)
+
+	Bus             string // --bus nats://HOST:PORT[,...]: tables and telemetry over NATS JetStream (docs/bus.md); default "" (HTTP)
+	BusUser         string // --bus-user; default "" (no authentication)
+	BusPasswordFile string // --bus-password-file; default ""
+	Pop             string // --pop: telemetry subject tailor.tel.<pop>.<partition>; default "default"
+	TableCache      string // --table-cache DIR: last good tables, loaded at start before the bus or manager answers; default "" (none)
 }
 
 func (c *Config) withDefaults() Config {
@@ -80,6 +88,9 @@ func (c *Config) withDefaults() Config {
 	if d.Source == "" {
 		d.Source = "tailor-edge"
 	}
+	if d.Pop == "" {
+		d.Pop = bus.DefaultPop
+	}
 	if d.MaxHeaderBytes <= 0 {
 		d.MaxHeaderBytes = 64 << 10
 	}
@@ -100,6 +111,48 @@ func (c *Config) check() error {
 	}
 	if err := telemetry.CheckSource(c.Source); err != nil {
 		return fmt.Errorf("%w: telemetry source: %v", ErrConfig, err)
+	}
+	return c.checkBus()
+}
+
+// CheckBusFlags checks the --bus flags of a command line (one error
+// naming the flag, without the "edge config" prefix).
+func CheckBusFlags(c *Config) error {
+	d := c.withDefaults()
+	if err := d.checkBus(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), ErrConfig.Error()+": "))
+	}
+	return nil
+}
+
+// checkBus: the --bus flags go together (one error naming the flag).
+func (c *Config) checkBus() error {
+	if c.Bus == "" {
+		for flag, v := range map[string]string{"--bus-user": c.BusUser, "--bus-password-file": c.BusPasswordFile} {
+			if v != "" {
+				return fmt.Errorf("%w: %s needs --bus", ErrConfig, flag)
+			}
+		}
+		if c.Pop != bus.DefaultPop {
+			return fmt.Errorf("%w: --pop needs --bus", ErrConfig)
+		}
+		return nil
+	}
+	if _, err := bus.CheckURLs(c.Bus); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	switch {
+	case c.Table != "" || c.Telemetry != "":
+		return fmt.Errorf("%w: --bus carries the tables and the telemetry: not with --table or --telemetry", ErrConfig)
+	case c.TablePubKey == "":
+		return fmt.Errorf("%w: --table-pubkey is required with --bus (tables from the bus must be signed)", ErrConfig)
+	case c.BusUser != "" && c.BusPasswordFile == "":
+		return fmt.Errorf("%w: --bus-user needs --bus-password-file", ErrConfig)
+	case c.BusUser == "" && c.BusPasswordFile != "":
+		return fmt.Errorf("%w: --bus-password-file needs --bus-user", ErrConfig)
+	}
+	if err := bus.CheckPop(c.Pop); err != nil {
+		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return nil
 }

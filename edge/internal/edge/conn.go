@@ -73,7 +73,7 @@ func (l listener) Accept() (net.Conn, error) {
 // them.
 func (s *Server) configForClient(h *tls.ClientHelloInfo) (*tls.Config, error) {
 	start := time.Now()
-	plan := s.plan.Load()
+	plan := s.planFor(remoteAddr(h.Conn))
 	st := classify(h, plan, s.devices, s.OnDecision != nil, &s.Sanitized)
 	st.DecideNs = time.Since(start).Nanoseconds()
 	c, ok := h.Conn.(*Conn)

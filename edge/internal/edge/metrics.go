@@ -71,7 +71,10 @@ func (s *Server) registerScraped(reg prometheus.Registerer) {
 			return metrics.TableAge(time.Now(), s.table().GeneratedAt, time.Unix(0, s.installedAt.Load()))
 		})
 	metrics.CounterFunc(reg, "tailor_edge_table_loads_total", "Tables installed (the first one included).", func() float64 { return float64(s.loads.Load()) })
-	metrics.CounterFunc(reg, "tailor_edge_table_rejections_total", "Tables refused: invalid, unsigned or badly signed, too large.", func() float64 { return float64(s.refused.Load()) })
+	metrics.CounterFunc(reg, "tailor_edge_table_rejections_total", "Tables refused: invalid, unsigned or badly signed, too large (with --bus: envelopes).", func() float64 { return float64(s.TablesRefused()) })
+	if s.busTables != nil {
+		s.busTables.RegisterMetrics(reg)
+	}
 	metrics.CounterFunc(reg, "tailor_edge_table_fetch_errors_total", "Table fetches that failed (source unreachable, server error).", func() float64 { return float64(s.fetchErrors.Load()) })
 	metrics.CounterFunc(reg, "tailor_edge_socket_applied_total", "Connections whose setsockopt knobs were applied.", func() float64 { return float64(s.Socket.Applied.Load()) })
 	metrics.CounterFunc(reg, "tailor_edge_sni_ignored_total", "Client SNIs outside the schema's bounds, treated as absent.", func() float64 { return float64(s.Sanitized.SNI.Load()) })

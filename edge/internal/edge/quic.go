@@ -113,8 +113,8 @@ func (q *quicServer) close() error {
 // a device cannot choose a QUIC connection's configuration.
 func (s *Server) quicConfigForClient(info *quic.ClientInfo) (*quic.Config, error) {
 	start := time.Now()
-	plan := s.plan.Load()
 	addr := addrOf(info.RemoteAddr)
+	plan := s.planFor(addr)
 	st := &ConnState{Addr: addr, Device: UnknownDevice, TableVersion: plan.Table.Version}
 	st.Decision = plan.Decide(rules.Conn{Addr: addr}, rand.Uint64())
 	st.DecideNs = time.Since(start).Nanoseconds()

@@ -110,7 +110,7 @@ func (st Stats) String() string {
 
 // Stats returns the current counters.
 func (s *Server) Stats() Stats {
-	st := Stats{TableVersion: s.Plan().Table.Version, TablesRefused: s.refused.Load(), SNIIgnored: s.Sanitized.SNI.Load(),
+	st := Stats{TableVersion: s.Plan().Table.Version, TablesRefused: s.TablesRefused(), SNIIgnored: s.Sanitized.SNI.Load(),
 		SocketApplied: s.Socket.Applied.Load(), SocketFailed: s.Socket.Failed.Load()}
 	if s.sink != nil {
 		st.TelemetryDropped = s.sink.Dropped()

@@ -13,9 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/quic-go/quic-go"
 	"golang.org/x/net/http2"
 
+	"github.com/tailor-project/tailor/edge/internal/bus"
 	"github.com/tailor-project/tailor/edge/internal/geoip"
 	"github.com/tailor-project/tailor/edge/internal/knobs"
 	"github.com/tailor-project/tailor/edge/internal/rules"
@@ -24,15 +26,18 @@ import (
 
 // Server is a provisioned tailor-edge instance.
 type Server struct {
-	cfg    Config
-	reg    *knobs.Registry
-	base   *tls.Config  // certificate + GetConfigForClient
-	h1     *http.Server // HTTP/1.1 and the h2 hand-off
-	plan   atomic.Pointer[Plan]
-	tables *rules.Source
-	sink   telemetry.Sink // nil without --telemetry
-	root   *os.Root       // --root, opened once (handler.go)
-	client *http.Client   // to the manager: tables and telemetry (--manager-ca)
+	cfg       Config
+	reg       *knobs.Registry
+	base      *tls.Config               // certificate + GetConfigForClient
+	h1        *http.Server              // HTTP/1.1 and the h2 hand-off
+	plan      atomic.Pointer[Plan]      // the table (--bus: the built-in default of partitions without one)
+	parts     atomic.Pointer[partPlans] // --bus: the partitions' tables (tables.go)
+	tables    *rules.Source
+	nc        *nats.Conn     // --bus connection (bus.go)
+	busTables *bus.Tables    // --bus table watcher
+	sink      telemetry.Sink // nil without --telemetry
+	root      *os.Root       // --root, opened once (handler.go)
+	client    *http.Client   // to the manager: tables and telemetry (--manager-ca)
 
 	refused     atomic.Int64 // tables refused (tables.go)
 	loads       atomic.Int64 // tables installed
@@ -80,11 +85,19 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.sink = newSink(cfg, s.client, s.Log)
+	if cfg.Bus != "" {
+		if err := s.setupBus(); err != nil {
+			return nil, err
+		}
+	} else {
+		s.sink = newSink(cfg, s.client, s.Log)
+	}
 	if err := s.setupGeoIP(); err != nil {
+		s.closeBus()
 		return nil, err
 	}
 	if err := s.setupRest(); err != nil {
+		s.closeBus()
 		_ = s.geo.Close()
 		if s.metrics != nil {
 			_ = s.metrics.srv.Close()
@@ -249,6 +262,7 @@ func (s *Server) Close() error {
 		_ = s.sink.Flush(ctx)
 		cancel()
 	}
+	s.closeBus()
 	if s.root != nil {
 		_ = s.root.Close()
 	}
@@ -261,6 +275,9 @@ func (s *Server) Close() error {
 func (s *Server) startBackground(ctx context.Context) {
 	if s.tables != nil {
 		s.wg.Go(func() { s.pollTables(ctx) })
+	}
+	if s.busTables != nil {
+		s.wg.Go(func() { s.busTables.Watch(ctx, s.nc) })
 	}
 	if s.sink != nil {
 		s.wg.Go(func() { flushEvery(ctx, s.sink, s.cfg.Flush, s.Log) })

@@ -125,6 +125,10 @@ type Source struct {
 	Token  string       // "Authorization: Bearer" for URL GETs ("" = none)
 	Keys   []TableKey   // nil: unsigned tables accepted
 
+	// Signature and KeyID of the last table Fetch returned (with Keys: the
+	// signature and the id of the key that verified it), for a cache.
+	Signature, KeyID string
+
 	etag   string   // last ETag (URL), of an accepted or a refused body
 	digest [32]byte // hash of the last body (and signature) returned or refused
 }
@@ -160,12 +164,18 @@ func (s *Source) Fetch(ctx context.Context) ([]byte, error) {
 	}
 	s.digest = d
 	if len(s.Keys) > 0 {
-		if err := s.verify(data, sig, keyID); err != nil {
+		id, err := s.verify(data, sig, keyID)
+		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v (keeping the last good table)", ErrRefused, s.Loc, err)
 		}
+		keyID = id
 	}
+	s.Signature, s.KeyID = sig, keyID
 	return data, nil
 }
+
+// IsURL: Loc is an http(s) URL (not a file).
+func (s *Source) IsURL() bool { return s.isURL() }
 
 func (s *Source) isURL() bool {
 	return strings.HasPrefix(s.Loc, "http://") || strings.HasPrefix(s.Loc, "https://")
@@ -244,29 +254,30 @@ func (s *Source) tooLarge(etag string, n int64) error {
 }
 
 // verify checks sig (standard base64, 64 bytes) over data with the key
-// named keyID, or with every key when none matches.
-func (s *Source) verify(data []byte, sig, keyID string) error {
+// named keyID, or with every key when none matches; it returns the id of
+// the key that verified.
+func (s *Source) verify(data []byte, sig, keyID string) (string, error) {
 	if sig == "" {
 		if s.isURL() {
-			return fmt.Errorf("no %s header: unsigned table", SignatureHeader)
+			return "", fmt.Errorf("no %s header: unsigned table", SignatureHeader)
 		}
-		return fmt.Errorf("no signature in %s%s: unsigned table", s.Loc, SignatureSuffix)
+		return "", fmt.Errorf("no signature in %s%s: unsigned table", s.Loc, SignatureSuffix)
 	}
 	raw, err := base64.StdEncoding.DecodeString(sig)
 	if err != nil || len(raw) != ed25519.SignatureSize {
-		return fmt.Errorf("signature is not the base64 of %d bytes", ed25519.SignatureSize)
+		return "", fmt.Errorf("signature is not the base64 of %d bytes", ed25519.SignatureSize)
 	}
 	for _, k := range s.Keys {
 		if k.ID == keyID && ed25519.Verify(k.Pub, data, raw) {
-			return nil
+			return k.ID, nil
 		}
 	}
 	for _, k := range s.Keys {
 		if ed25519.Verify(k.Pub, data, raw) {
-			return nil
+			return k.ID, nil
 		}
 	}
-	return fmt.Errorf("signature (key id %q) does not verify with any --table-pubkey key", truncate(keyID, 32))
+	return "", fmt.Errorf("signature (key id %q) does not verify with any --table-pubkey key", truncate(keyID, 32))
 }
 
 func truncate(s string, n int) string {

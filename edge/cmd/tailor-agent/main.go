@@ -22,6 +22,8 @@ const usage = `usage:
   tailor-agent run [--table FILE|URL] [--telemetry-out FILE|- | --telemetry-url URL] [--cgroup PATH]
                    [--pin DIR] [--full-address] [--poll DUR] [--table-pubkey F] [--manager-ca F]
                    [--telemetry-buffer-bytes N] [--metrics HOST:PORT] [-- server command...]
+  tailor-agent run --bus nats://HOST:PORT --table-pubkey F [--bus-user U --bus-password-file F]
+                   [--pop NAME] [--table-cache DIR] ... [-- server command...]
   tailor-agent check TABLE        validate and compile a table, print what the TCP layer applies
   tailor-agent cleanup --pin DIR [--cgroup PATH]
   tailor-agent bench lpm|conn [flags]   (see bench/agent/run.sh)
@@ -69,7 +71,15 @@ func runCmd(args []string) error {
 	fs.IntVar(&cfg.TelemetryBufferBytes, "telemetry-buffer-bytes", 16<<20, "telemetry buffer bound in (estimated) encoded bytes")
 	fs.BoolVar(&cfg.NoTrackRate, "no-track-rate", false, "do not track the max delivery rate (RTT_CB)")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "HOST:PORT for a read-only Prometheus /metrics listener (bind it to loopback or a management network; default off)")
+	fs.StringVar(&cfg.Bus, "bus", "", "nats://HOST:PORT[,nats://...]: tables and telemetry over NATS JetStream (docs/bus.md); not with --table/--telemetry-*; needs --table-pubkey")
+	fs.StringVar(&cfg.BusUser, "bus-user", "", "--bus user name")
+	fs.StringVar(&cfg.BusPasswordFile, "bus-password-file", "", "file holding the --bus user's password (first line)")
+	fs.StringVar(&cfg.Pop, "pop", "default", "--bus: point of presence, [a-z0-9-]{1,32} (telemetry subject tailor.tel.<pop>.<partition>)")
+	fs.StringVar(&cfg.TableCache, "table-cache", "", "--bus: directory for the last good tables (loaded at start before the bus answers)")
 	_ = fs.Parse(args)
+	if err := cfg.CheckBus(); err != nil {
+		return err
+	}
 	if cfg.TelemetryOut != "" && cfg.TelemetryURL != "" {
 		return errors.New("use one of --telemetry-out and --telemetry-url")
 	}

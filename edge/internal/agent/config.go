@@ -59,6 +59,17 @@ type Config struct {
 	Metrics string
 	// Log receives human-readable status lines. Default os.Stderr.
 	Log io.Writer
+
+	// Bus is --bus nats://HOST:PORT[,...]: tables and telemetry over NATS
+	// JetStream (docs/bus.md). Default "" (HTTP / files).
+	Bus string
+	// BusUser and BusPasswordFile authenticate to the bus. Default "" (none).
+	BusUser, BusPasswordFile string
+	// Pop is the telemetry subject's point of presence. Default "default".
+	Pop string
+	// TableCache is a directory for the last good tables (--bus), loaded at
+	// start before the bus is contacted. Default "" (none).
+	TableCache string
 }
 
 func (c *Config) defaults() {

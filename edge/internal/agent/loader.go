@@ -32,6 +32,8 @@ type Agent struct {
 	hz        int
 	available []string
 
+	bus *Bus // --bus (bus.go); nil without
+
 	mu      sync.Mutex
 	gen     uint32                    // active generation (0 or 1)
 	history map[int64]*rules.Compiled // recent tables by version, for telemetry

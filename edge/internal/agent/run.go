@@ -68,14 +68,30 @@ func (discard) Dropped() int64              { return 0 }
 // Run is `tailor-agent run`: open, install the first table, serve tables
 // and telemetry, run argv (if any) in the cgroup until it exits or ctx ends.
 func Run(ctx context.Context, cfg Config, argv []string) error {
-	sink, closer, err := NewSink(&cfg)
-	if err != nil {
+	if err := cfg.CheckBus(); err != nil {
 		return err
 	}
-	defer closer.Close()
+	var sink telemetry.Sink
+	var b *Bus
+	if cfg.Bus != "" {
+		var err error
+		if b, err = OpenBus(&cfg); err != nil {
+			return err
+		}
+		defer b.Close()
+		sink = b.Sink
+	} else {
+		s, closer, err := NewSink(&cfg)
+		if err != nil {
+			return err
+		}
+		defer closer.Close()
+		sink = s
+	}
 	if sink == nil {
 		sink = discard{}
 	}
+	var err error
 	var ms *metrics.Server
 	if cfg.Metrics != "" { // before loading anything: a taken port is an early, clear error
 		if ms, err = metrics.Listen(cfg.Metrics); err != nil {
@@ -88,8 +104,14 @@ func Run(ctx context.Context, cfg Config, argv []string) error {
 		return err
 	}
 	defer a.Close()
+	if b != nil {
+		a.UseBus(b)
+	}
 	if ms != nil {
 		a.RegisterMetrics(ms.Registry, sink)
+		if b != nil {
+			b.Tables.RegisterMetrics(ms.Registry)
+		}
 		fmt.Fprintf(a.cfg.Log, "tailor-agent: metrics on http://%s%s\n", ms.Addr(), metrics.Path)
 	}
 	stop, err := a.Start(ctx, sink)
@@ -123,9 +145,16 @@ func (a *Agent) Start(ctx context.Context, sink telemetry.Sink) (stop func(), er
 	if a.cfg.Table != "" {
 		go a.PollTables(ctx, src)
 	}
+	watched := make(chan struct{})
+	if a.bus != nil {
+		watched = a.watchBus(ctx, a.bus)
+	} else {
+		close(watched)
+	}
 	return func() {
 		cancel()
 		a.drain(done)
+		<-watched
 	}, nil
 }
 

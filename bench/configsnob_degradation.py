@@ -37,7 +37,7 @@ def labelled(policy):
         choices = policy._choices[gid]
         if gid.startswith("ov:"):
             phase, arm = "initial", d.arm
-        elif len(choices) == 1:
+        elif len(choices) != 3:  # a cold group: BO model 1 alone, or (controlled) its safe choice + a proposal
             phase, arm = "cold", d.arm
         else:
             k = next(j for j, c in enumerate(choices) if c[0] == d.config and c[2] == d.arm)
@@ -63,7 +63,9 @@ def breakdown(scenario_name: str, seed: int, sessions: int, params: dict | None 
     for key in sorted(set(arm)):
         m = arm == key
         rows[key] = (int(m.sum()), int((m & bad).sum()), int((m & bad & (hour == "first hour")).sum()))
-    return {"n": len(arm), "degraded": int(bad.sum()), "rows": rows,
+    site = np.asarray(rec["site"])
+    by_site = {w: (int((site == w).sum()), int(((site == w) & bad).sum())) for w in sorted(set(site))}
+    return {"n": len(arm), "degraded": int(bad.sum()), "rows": rows, "by_site": by_site,
             "covariates": policy._ci.diagnostics.get("covariates"), "ci": dict(policy._ci.diagnostics),
             "median_imp": float(np.median(imp)), "mean_imp": float(np.mean(imp)),
             "degraded_first_hour": int((bad & (hour == "first hour")).sum())}
@@ -78,11 +80,15 @@ def main() -> None:
     a = ap.parse_args()
     params = dict(parse_policy_params(a.policy_param, "configsnob_degradation"))
     total: Counter = Counter()
+    sites: Counter = Counter()
     for seed in a.seeds:
         r = breakdown(a.scenario, seed, a.sessions, params)
         print(f"# {a.scenario} seed {seed}: {r['degraded']}/{r['n']} degraded ({100 * r['degraded'] / r['n']:.2f}%), "
               f"{r['degraded_first_hour']} in the first hour; median impr {100 * r['median_imp']:+.1f}%, "
               f"mean {100 * r['mean_imp']:+.1f}%; CF covariates {r['covariates']}")
+        for w, (n, b) in r["by_site"].items():
+            sites[w, "n"] += n
+            sites[w, "bad"] += b
         for key, (n, b, b1) in r["rows"].items():
             total[key, "n"] += n
             total[key, "bad"] += b
@@ -97,6 +103,11 @@ def main() -> None:
         n, b, b1 = total[k, "n"], total[k, "bad"], total[k, "bad1"]
         print(f"| {k} | {n} | {b} | {100 * b / max(n, 1):.1f}% | {100 * b / max(allb, 1):.0f}% | {b1} |")
     print(f"| all | {alln} | {allb} | {100 * allb / max(alln, 1):.2f}% | 100% | |")
+    print("\n| website | page loads | degraded | degraded share on the website | share of all degraded |")
+    print("|---|---:|---:|---:|---:|")
+    for w in sorted({w for w, _ in sites}, key=lambda w: -sites[w, "bad"]):
+        n, b = sites[w, "n"], sites[w, "bad"]
+        print(f"| {w} | {n} | {b} | {100 * b / max(n, 1):.1f}% | {100 * b / max(allb, 1):.0f}% |")
 
 
 if __name__ == "__main__":

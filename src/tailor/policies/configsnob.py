@@ -54,6 +54,15 @@ class ConfigSnobPolicy(Policy):
         # the configuration changed them; the historical default), 'pretreatment' = the prefix archive's view
         # before the connection + handshake RTT + response size (fixed before the configuration acts)
         "covariates": ("outcome", lambda v: v in ("outcome", "pretreatment"), "'outcome' or 'pretreatment'"),
+        # 'controlled' (§1, C3: "limiting the search space to a subset that has been evaluated to have a positive
+        # impact"): untried configurations are proposed only when the causal forest puts them `margin` better than
+        # the default, initial trials hand out only configurations measured better than the default; 'open': the
+        # earlier reading (BO model 1 over the whole CF-limited space from the first cycle)
+        "exploration": ("open", lambda v: v in ("controlled", "open"), "'controlled' or 'open'"),
+        "margin": (0.02, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1,
+                   "in [0, 1)"),  # ours: the positive impact required (log reward, ~2%)
+        "explore_share": (0.1, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
+                          "in (0, 1]"),  # ours: share of a new profile's or cold group's loads for exploration
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -247,7 +256,8 @@ class ConfigSnobPolicy(Policy):
             return None
         theta = self._theta[ids]
         rewards = self._ci.rewards(theta, np.asarray([self._cols["config"][i] for i in ids]), y[ids])
-        allowed = self._ci.effects(theta) <= 0.0  # §3.3.3: drop configurations estimated worse than the default
+        bound = -self.margin if self.exploration == "controlled" else 0.0
+        allowed = self._ci.effects(theta) <= bound  # §3.3.3: drop configurations estimated worse than the default
         allowed[self.space.default_index] = True
         return rewards, allowed
 
@@ -320,6 +330,7 @@ class ArmModels:
 
     def __init__(self, space, rng: np.random.Generator, policy: ConfigSnobPolicy):
         self.space, self._rng, self.p = space, rng, policy
+        self.controlled = policy.exploration == "controlled"
         self._codes = space.encode()
         self._lhs = space.lhs(len(space), rng)  # exploration order when a model has < 2 points
         values = np.array([[str(c[k]) for k in space.knobs] for c in space.configs])
@@ -362,7 +373,7 @@ class ArmModels:
         tried = np.flatnonzero(counts > 0)
         if steady_ok and len(tried) >= self.p.steady_configs:
             return self._steady(gid, reward, tried, allowed)
-        return [self._cold(gid, reward, tried, allowed, parent)]
+        return self._cold(gid, reward, tried, None if (self.controlled and ci is None) else allowed, parent)
 
     def _steady(self, gid, reward, tried, allowed) -> list[tuple[int, float, str]]:
         best = int(tried[np.argmin(reward[tried])])
@@ -377,17 +388,35 @@ class ArmModels:
         arms = ((best, "exploit"), (best if bo2 is None else bo2, "exploit"), (best if bo3 is None else bo3, "explore"))
         return [(int(c), p, arm) for (c, arm), p in zip(arms, ARM_P)]
 
-    def _cold(self, gid, reward, tried, allowed, parent) -> tuple[int, float, str]:
-        """BO model 1: the overlap node's initial trials first (prior knowledge), then EI (§3.2.2)."""
+    def _cold(self, gid, reward, tried, allowed, parent) -> list[tuple[int, float, str]]:
+        """BO model 1: the overlap node's initial trials first (prior knowledge), then EI (§3.2.2).
+
+        Controlled: a proposal the causal forest has not rated ``margin`` better than the default (``allowed``
+        is None before the forest exists) gets ``explore_share`` of the group's loads, the rest goes to the best
+        configuration measured better than the default (the default itself when none is)."""
         for config, _, _ in sorted(parent or [], key=lambda c: -c[1]):
-            if allowed[config] and config not in tried:
-                return int(config), 1.0, "bootstrap"
-        untried = allowed.copy()
+            if (allowed is None or allowed[config]) and config not in tried:
+                return [(int(config), 1.0, "bootstrap")]
+        untried = (np.ones(len(self.space), dtype=bool) if allowed is None else allowed).copy()
         untried[tried] = False
         nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
+        best = int(tried[np.argmin(reward[tried])])
+        if not self.controlled:
+            return [(best, 1.0, "exploit")] if nxt is None else [(int(nxt), 1.0, "explore")]
+        safe = self._safe_best(reward, tried)
         if nxt is None:
-            return int(tried[np.argmin(reward[tried])]), 1.0, "exploit"
-        return int(nxt), 1.0, "explore"
+            return [(safe, 1.0, "exploit")]
+        if allowed is not None:  # rated better than the default by the forest: a vetted proposal
+            return [(int(nxt), 1.0, "explore")]
+        share = self.p.explore_share
+        return [(safe, 1.0 - share, "exploit"), (int(nxt), share, "explore")]
+
+    def _safe_best(self, reward, tried) -> int:
+        """The best tried configuration if it was measured ``margin`` better than the default, else the default."""
+        d = self.space.default_index
+        best = int(tried[np.argmin(reward[tried])])
+        ref = reward[d] if np.isfinite(reward[d]) else None
+        return best if ref is not None and reward[best] <= ref * math.exp(-self.p.margin) else d
 
     def overlap(self, gid, ids, y, cols, ci) -> list[tuple[int, float, str]]:
         """Initial trials for new profiles: the best tried configurations plus BO model 1's proposal."""
@@ -400,5 +429,14 @@ class ArmModels:
         untried = allowed.copy()
         untried[counts > 0] = False
         nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
-        picks = [(c, "bootstrap") for c in top] + ([(int(nxt), "explore")] if nxt is not None else [])
-        return [(c, 1.0 / len(picks), arm) for c, arm in picks]
+        if not self.controlled:
+            picks = [(c, "bootstrap") for c in top] + ([(int(nxt), "explore")] if nxt is not None else [])
+            return [(c, 1.0 / len(picks), arm) for c, arm in picks]
+        # controlled: only configurations measured better than the default (else the default) as initial trials;
+        # the proposal gets explore_share, and only when the forest rated it better than the default
+        d = self.space.default_index
+        ref = reward[d] if np.isfinite(reward[d]) else None
+        good = [c for c in top if ref is not None and reward[c] <= ref * math.exp(-self.p.margin)] or [d]
+        share = self.p.explore_share if nxt is not None and ci is not None else 0.0
+        out = [(c, (1.0 - share) / len(good), "bootstrap") for c in good]
+        return out + ([(int(nxt), share, "explore")] if share else [])

@@ -243,3 +243,33 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestWatchSurvivesRestart: the watch resumes after the server restarts
+// (same port and store): a table put afterwards arrives.
+func TestWatchSurvivesRestart(t *testing.T) {
+	srv := bustest.Start(t, false)
+	_, kv := srv.Setup(t)
+	k := bustest.NewKey(t)
+	tabs, _ := newTables(t, k, "")
+	snaps := make(chan Snapshot, 16)
+	tabs.OnChange(func(s Snapshot) { snaps <- s })
+	nc, err := Connect(Options{URLs: srv.URL(), ReconnectWait: 100 * time.Millisecond, Log: log.New(os.Stderr, "", 0)})
+	must(t, err)
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tabs.Watch(ctx, nc); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	_, err = kv.Put(context.Background(), ClusterKey, bustest.Cluster(2))
+	must(t, err)
+	waitFor(t, snaps, func(s Snapshot) bool { return s.Partitions == 2 })
+	srv.Stop()
+	time.Sleep(time.Second)
+	srv.Restart()
+	_, kv2 := srv.Setup(t) // reconnects; the bucket is still there
+	start := time.Now()
+	_, err = kv2.Put(context.Background(), "part.1", k.Envelope(t, 1, bustest.Table(t, 8, "", nil)))
+	must(t, err)
+	waitFor(t, snaps, func(s Snapshot) bool { return s.Tables[1] != nil && s.Tables[1].Version == 8 })
+	t.Logf("table after the restart in %v", time.Since(start))
+}

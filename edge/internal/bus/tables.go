@@ -380,6 +380,9 @@ func (t *Tables) Watch(ctx context.Context, nc *nats.Conn) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, errReconnected) {
+			continue // re-watch at once (the current values come again; unchanged ones are skipped)
+		}
 		if msg := fmt.Sprint(err); msg != last {
 			t.logf("table watch: %v (retrying)", err)
 			last = msg
@@ -391,6 +394,8 @@ func (t *Tables) Watch(ctx context.Context, nc *nats.Conn) {
 		}
 	}
 }
+
+var errReconnected = errors.New("reconnected")
 
 func (t *Tables) watchOnce(ctx context.Context, nc *nats.Conn) error {
 	for !nc.IsConnected() {
@@ -413,6 +418,7 @@ func (t *Tables) watchOnce(ctx context.Context, nc *nats.Conn) error {
 	if err != nil {
 		return fmt.Errorf("bucket %s: %w", TablesBucket, err)
 	}
+	reconnects := nc.Stats().Reconnects
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
 	wc, err := kv.Watch(wctx, ClusterKey)
@@ -426,12 +432,22 @@ func (t *Tables) watchOnce(ctx context.Context, nc *nats.Conn) error {
 	}
 	defer func() { _ = wp.Stop() }()
 	cu, pu := wc.Updates(), wp.Updates()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
 	for cu != nil || pu != nil {
 		var e jetstream.KeyValueEntry
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-tick.C:
+			// after a reconnect the server may have lost the watch's
+			// consumer (a restart): start over at once rather than wait
+			// for the ordered consumer's missed heartbeats
+			if n := nc.Stats().Reconnects; n != reconnects && nc.IsConnected() {
+				return errReconnected
+			}
+			continue
 		case e, ok = <-cu:
 			if !ok {
 				cu = nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tailor-project/tailor/edge/internal/bus"
 	"github.com/tailor-project/tailor/edge/internal/bus/bustest"
+	"github.com/tailor-project/tailor/edge/internal/metrics"
 	"github.com/tailor-project/tailor/edge/internal/telemetry"
 )
 
@@ -79,8 +80,24 @@ func TestBusTablesPerPartition(t *testing.T) {
 	mine := bus.Partition("127.0.0.0/24", P)
 	other := (mine + 1) % P
 	cache := filepath.Join(t.TempDir(), "cache")
-	cfg := Config{Bus: srv.URL(), TablePubKey: k.PubFile, TableCache: cache, Pop: "fra-1", ConnRecords: true, Flush: 100 * time.Millisecond}
+	cfg := Config{Bus: srv.URL(), TablePubKey: k.PubFile, TableCache: cache, Pop: "fra-1", ConnRecords: true, Flush: 100 * time.Millisecond,
+		Metrics: "127.0.0.1:0"}
 	s, addr := startServer(t, cfg, nil)
+	source := func(s *Server) string {
+		t.Helper()
+		sc, err := metrics.Scrape("http://" + s.MetricsAddr() + metrics.Path)
+		must(t, err)
+		var on []string
+		for _, src := range []string{bus.SourceNone, bus.SourceCache, bus.SourceBus} {
+			if sc.Value("tailor_table_source", "source", src) == 1 {
+				on = append(on, src)
+			}
+		}
+		return strings.Join(on, ",")
+	}
+	if got := source(s); got != "none" {
+		t.Errorf("tailor_table_source at start: %q, want none", got)
+	}
 	if got := protoOf(t, addr); got != 1 {
 		t.Fatalf("before any table: HTTP/%d, want the default HTTP/1.1", got)
 	}
@@ -102,8 +119,8 @@ func TestBusTablesPerPartition(t *testing.T) {
 	if got := protoOf(t, addr); got != 2 {
 		t.Fatalf("with our partition's table: HTTP/%d, want HTTP/2", got)
 	}
-	if s.TableSource() != bus.SourceBus {
-		t.Errorf("source %q", s.TableSource())
+	if got := source(s); got != "bus" || s.TableSource() != bus.SourceBus {
+		t.Errorf("tailor_table_source %q, TableSource %q; want bus", got, s.TableSource())
 	}
 	// a badly signed envelope for our partition: refused, last good kept
 	put(fmt.Sprintf("part.%d", mine), bustest.NewKey(t).Envelope(t, mine, bustest.Table(t, 12, "", nil)))
@@ -135,7 +152,11 @@ func TestBusTablesPerPartition(t *testing.T) {
 
 	// an edge started with the bus unreachable serves from the cache
 	srv.Stop()
-	s2, addr2 := startServer(t, Config{Bus: fmt.Sprintf("nats://127.0.0.1:%d", bustest.FreePort(t)), TablePubKey: k.PubFile, TableCache: cache}, nil)
+	s2, addr2 := startServer(t, Config{Bus: fmt.Sprintf("nats://127.0.0.1:%d", bustest.FreePort(t)), TablePubKey: k.PubFile, TableCache: cache,
+		Metrics: "127.0.0.1:0"}, nil)
+	if got := source(s2); got != "cache" {
+		t.Errorf("tailor_table_source from the cache: %q", got)
+	}
 	if got := protoOf(t, addr2); got != 2 {
 		t.Fatalf("from the cache: HTTP/%d, want HTTP/2", got)
 	}

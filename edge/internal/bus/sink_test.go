@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -158,5 +159,66 @@ func TestBusSinkWaitsForPartitions(t *testing.T) {
 	must(t, sink.Flush(context.Background()))
 	if n, _ := checkStored(t, readStream(t, js)); n != 1 {
 		t.Fatalf("stored %d", n)
+	}
+}
+
+// TestBusSinkSplitsToMaxPayload: with a small server max_payload the
+// batches are split to fit, every record stored once.
+func TestBusSinkSplitsToMaxPayload(t *testing.T) {
+	srv := bustest.StartWith(t, bustest.Options{MaxPayload: 64 << 10})
+	js, _ := srv.Setup(t)
+	sink, _ := newSink(t, srv.URL(), 5000, Options{})
+	long := strings.Repeat("x", 120)
+	for i := range 2000 {
+		r := record(i % 8)
+		r.Group, r.TLSFingerprint = long+long, long
+		sink.Add(r)
+	}
+	must(t, sink.Flush(context.Background()))
+	if st := sink.Stats(); st.Sent != 2000 || st.Pending != 0 || st.Dropped != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	msgs := readStream(t, js)
+	if n, _ := checkStored(t, msgs); n != 2000 {
+		t.Fatalf("stored %d records", n)
+	}
+	for _, m := range msgs {
+		b, _ := json.Marshal(m.batch)
+		if len(b) > 64<<10 {
+			t.Errorf("a message of %d bytes", len(b))
+		}
+	}
+	t.Logf("%d messages", len(msgs))
+}
+
+// TestBusSinkRefused: a batch the stream refuses for good (over its max
+// message size) is dropped and counted, and the count travels in the next
+// batch.
+func TestBusSinkRefused(t *testing.T) {
+	srv := bustest.Start(t, false)
+	js, err := jetstream.New(srv.Connect(t))
+	must(t, err)
+	ctx := context.Background()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "TAILOR_TELEMETRY", Subjects: []string{"tailor.tel.>"},
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: 1024})
+	must(t, err)
+	sink, _ := newSink(t, srv.URL(), 100, Options{})
+	sink.Partitions = func() int { return 1 }
+	long := strings.Repeat("x", 120)
+	for range 3 {
+		r := record(0)
+		r.Group, r.TLSFingerprint = long+long, long
+		sink.Add(r)
+	}
+	if err := sink.Flush(ctx); !errors.Is(err, telemetry.ErrTelemetry) {
+		t.Fatalf("refused batch: %v", err)
+	}
+	if st := sink.Stats(); st.Dropped != 3 || st.Refused != 3 || st.Pending != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	must(t, sink.Flush(ctx)) // the drop count alone
+	msgs := readStream(t, js)
+	if n, d := checkStored(t, msgs); n != 0 || d != 3 || len(msgs) != 1 {
+		t.Fatalf("stored %d messages, %d records, dropped %d; want the drop count 3 alone", len(msgs), n, d)
 	}
 }

@@ -57,6 +57,7 @@ type busBatch struct {
 	subject, id string
 	data        []byte
 	n, bytes    int
+	dropped     int64 // the drop count it reports
 }
 
 // Add buffers r, or drops it when the buffer is full or r is invalid.
@@ -84,8 +85,22 @@ func (s *BusSink) logf(format string, args ...any) {
 	l.Printf(format, args...)
 }
 
-// maxBatchesPerFlush bounds the batches formed by one Flush.
+// maxBatchesPerFlush bounds the batches formed and published by one Flush.
 const maxBatchesPerFlush = 64
+
+// MaxMessageBytes is the stream's max message size (docs/bus.md:
+// TAILOR_TELEMETRY, 4 MiB); a message also stays under the server's
+// max_payload. 1 KiB is left for the headers.
+const MaxMessageBytes = 4 << 20
+
+// messageLimit is the largest encoded batch to publish.
+func (s *BusSink) messageLimit() int {
+	limit := MaxMessageBytes
+	if mp := s.Pub.MaxPayload(); mp > 0 {
+		limit = min(limit, int(mp))
+	}
+	return limit - 1024
+}
 
 // Flush publishes the formed batches still unacknowledged, then forms
 // batches from the buffer and publishes them. While the bus is away it
@@ -105,7 +120,7 @@ func (s *BusSink) Flush(ctx context.Context) error {
 		}
 	}
 	var refused error
-	for len(s.formed) > 0 {
+	for sent := 0; len(s.formed) > 0 && sent < maxBatchesPerFlush; sent++ {
 		b := s.formed[0]
 		err := s.Pub.Publish(ctx, b.subject, b.id, b.data)
 		switch {
@@ -117,7 +132,8 @@ func (s *BusSink) Flush(ctx context.Context) error {
 				s.logf("telemetry: bus publishing again")
 			}
 		case errors.Is(err, ErrPublishRefused):
-			s.q.ackedDropped(b.n, b.bytes)
+			// dropped and counted; the drops it carried go to a later batch
+			s.q.ackedDropped(b.n, b.bytes, b.dropped)
 			s.refused.Add(int64(b.n))
 			s.logf("telemetry: %v: dropped %d records", err, b.n)
 			refused = errors.Join(refused, fmt.Errorf("%w: %v", ErrTelemetry, err))
@@ -131,8 +147,11 @@ func (s *BusSink) Flush(ctx context.Context) error {
 		s.formed = s.formed[1:]
 		if len(s.formed) == 0 {
 			s.formed = nil
+			if refused != nil {
+				break // the next Flush goes on (a refusal never loops here)
+			}
 			if err := s.form(); err != nil {
-				return errors.Join(refused, err)
+				return err
 			}
 		}
 	}
@@ -149,10 +168,7 @@ func (s *BusSink) form() error {
 	if P <= 0 {
 		return nil
 	}
-	limitBytes := maxBatchBytes
-	if mp := s.Pub.MaxPayload(); mp > 0 {
-		limitBytes = min(limitBytes, int(mp)*3/4)
-	}
+	limitBytes := min(maxBatchBytes, s.messageLimit()*3/4)
 	recs, sizes, dropped := s.q.take(maxBatchesPerFlush * MaxRecords)
 	if len(recs) == 0 && dropped == 0 {
 		return nil
@@ -194,7 +210,7 @@ func (s *BusSink) form() error {
 }
 
 // add encodes one batch (splitting it when its encoding exceeds the
-// server's limit) and appends it to formed.
+// message limit) and appends it to formed.
 func (s *BusSink) add(p int, recs []Record, size int, dropped *int64) error {
 	b := Batch{Schema: SchemaID, Source: s.Source, Records: recs}
 	if b.Records == nil {
@@ -206,7 +222,7 @@ func (s *BusSink) add(p int, recs []Record, size int, dropped *int64) error {
 	if err != nil { // cannot happen: every record passed Validate
 		return fmt.Errorf("%w: encode: %v", ErrTelemetry, err)
 	}
-	if mp := s.Pub.MaxPayload(); mp > 0 && int64(len(data)) > mp && len(recs) > 1 {
+	if len(data) > s.messageLimit() && len(recs) > 1 {
 		half := len(recs) / 2
 		hs := size * half / len(recs)
 		if err := s.add(p, recs[:half], hs, dropped); err != nil {
@@ -217,7 +233,7 @@ func (s *BusSink) add(p int, recs []Record, size int, dropped *int64) error {
 	*dropped = 0 // reported by this batch
 	s.seq++
 	s.formed = append(s.formed, &busBatch{subject: "tailor.tel." + s.Pop + "." + strconv.Itoa(p),
-		id: s.Source + "/" + s.Nonce + "/" + strconv.FormatUint(s.seq, 10), data: data, n: len(recs), bytes: size})
+		id: s.Source + "/" + s.Nonce + "/" + strconv.FormatUint(s.seq, 10), data: data, n: len(recs), bytes: size, dropped: d})
 	return nil
 }
 
@@ -254,12 +270,13 @@ func (q *queue) acked(n, bytes int) {
 }
 
 // ackedDropped forgets n held records whose batch was refused for good
-// (counted as dropped, reported in the next batch).
-func (q *queue) ackedDropped(n, bytes int) {
+// (counted as dropped) and gives back the drop count the batch carried:
+// both are reported in the next batch.
+func (q *queue) ackedDropped(n, bytes int, reported int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.held -= n
 	q.heldBytes -= bytes
-	q.dropped += int64(n)
+	q.dropped += int64(n) + reported
 	q.droppedAll += int64(n)
 }

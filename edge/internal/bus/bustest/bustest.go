@@ -55,6 +55,8 @@ type Server struct {
 	StoreDir string
 	Auth     bool   // users manager/edge (passwords in ManagerPass/EdgePass)
 	Dir      string // config, logs, password files
+	// MaxPayload is the server's max_payload (0: the server's default, 1 MB).
+	MaxPayload int
 
 	ManagerPass, EdgePass string
 
@@ -87,11 +89,24 @@ func Binary() string {
 // manager (everything) and edge (EdgePermissions).
 func Start(t testing.TB, auth bool) *Server {
 	t.Helper()
+	return StartWith(t, Options{Auth: auth})
+}
+
+// Options of StartWith.
+type Options struct {
+	Auth       bool // users manager and edge
+	MaxPayload int  // max_payload; 0 = the default
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Server {
+	t.Helper()
+	auth := o.Auth
 	bin := Binary()
 	if bin == "" {
 		t.Skip("nats-server not found (install Debian's nats-server or set TAILOR_NATS_SERVER): the bus tests need a real server")
 	}
-	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth}
+	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth, MaxPayload: o.MaxPayload}
 	if auth {
 		s.ManagerPass, s.EdgePass = "manager-secret-1", "edge-secret-2"
 		for name, pw := range map[string]string{"manager.pw": s.ManagerPass, "edge.pw": s.EdgePass} {
@@ -110,6 +125,9 @@ func (s *Server) PasswordFile(user string) string { return filepath.Join(s.Dir, 
 
 func (s *Server) config() string {
 	c := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n", s.Port, s.StoreDir)
+	if s.MaxPayload > 0 {
+		c += fmt.Sprintf("max_payload: %d\n", s.MaxPayload)
+	}
 	if s.Auth {
 		c += fmt.Sprintf(`authorization {
   users = [

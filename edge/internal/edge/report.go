@@ -101,11 +101,19 @@ type Stats struct {
 	SocketApplied    int64
 	SocketFailed     int64
 	TelemetryDropped int64 // records lost (buffer bound, invalid, refused by the manager)
+	// with --bus: where the tables came from, the partition count, the
+	// partitions with a table
+	TableSource           string
+	Partitions, WithTable int
 }
 
 func (st Stats) String() string {
-	return fmt.Sprintf("table_version=%d tables_refused=%d sni_ignored=%d socket_applied=%d socket_failed=%d telemetry_dropped=%d",
+	s := fmt.Sprintf("table_version=%d tables_refused=%d sni_ignored=%d socket_applied=%d socket_failed=%d telemetry_dropped=%d",
 		st.TableVersion, st.TablesRefused, st.SNIIgnored, st.SocketApplied, st.SocketFailed, st.TelemetryDropped)
+	if st.TableSource != "" {
+		s += fmt.Sprintf(" table_source=%s partitions=%d partitions_with_table=%d", st.TableSource, st.Partitions, st.WithTable)
+	}
+	return s
 }
 
 // Stats returns the current counters.
@@ -114,6 +122,17 @@ func (s *Server) Stats() Stats {
 		SocketApplied: s.Socket.Applied.Load(), SocketFailed: s.Socket.Failed.Load()}
 	if s.sink != nil {
 		st.TelemetryDropped = s.sink.Dropped()
+	}
+	if s.busTables != nil {
+		st.TableSource = s.busTables.Source()
+		if pp := s.parts.Load(); pp != nil {
+			st.Partitions = pp.P
+			for _, p := range pp.plans {
+				if p != nil {
+					st.WithTable++
+				}
+			}
+		}
 	}
 	return st
 }

@@ -38,6 +38,8 @@ func (c *Config) CheckBus() error {
 			return fmt.Errorf("%w: --bus-password-file needs --bus", ErrAgent)
 		case c.Pop != bus.DefaultPop:
 			return fmt.Errorf("%w: --pop needs --bus", ErrAgent)
+		case c.TableCache != "":
+			return fmt.Errorf("%w: --table-cache needs --bus", ErrAgent)
 		}
 		return nil
 	}

@@ -39,6 +39,7 @@ func TestAgentBusFlags(t *testing.T) {
 		{agent.Config{Bus: "localhost:4222", TablePubKey: "k"}, "--bus"},
 		{agent.Config{Bus: "nats://127.0.0.1:1", TablePubKey: "k", Pop: "A B"}, "--pop"},
 		{agent.Config{BusUser: "edge"}, "--bus-user needs --bus"},
+		{agent.Config{TableCache: "cache"}, "--table-cache needs --bus"},
 		{agent.Config{Bus: "nats://127.0.0.1:1", TablePubKey: "k", BusUser: "edge"}, "--bus-password-file"},
 	}
 	for _, c := range cases {

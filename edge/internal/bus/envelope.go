@@ -33,7 +33,7 @@ const maxKeyID = 64
 var ErrEnvelope = errors.New("table envelope refused")
 
 var (
-	hexRE   = regexp.MustCompile(`^[0-9a-fA-F]{32}$`)
+	hexRE   = regexp.MustCompile(`^[0-9a-f]{32}$`)
 	keyIDRE = regexp.MustCompile(`^[0-9a-zA-Z._-]{1,64}$`)
 )
 
@@ -143,7 +143,7 @@ func ParseCluster(data []byte) (Cluster, error) {
 		return c, refuse("cluster.partitions", "%q: want an integer in 1..%d", truncate(doc.Partitions.String(), 20), MaxPartitions)
 	}
 	if doc.Salt == nil || !hexRE.MatchString(*doc.Salt) {
-		return c, refuse("cluster.salt", "want 32 hex digits")
+		return c, refuse("cluster.salt", "want 32 lower-case hex digits")
 	}
 	return Cluster{Partitions: n, Salt: *doc.Salt}, nil
 }

@@ -63,12 +63,18 @@ class ConfigSnobPolicy(Policy):
                    "in [0, 1)"),  # ours: the positive impact required (log reward, ~2%)
         "explore_share": (0.1, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1,
                           "in (0, 1]"),  # ours: share of a new profile's or cold group's loads for exploration
+        # ours (not in the paper, whose deployment served one service): the website ('site') or its response-size
+        # class ('class': < 100 KB, < 1 MB, larger; from the first response's bytes) as the profile tree's top level,
+        # so groups, rewards and initial trials are per website kind; 'none' = the paper's six levels
+        "profile_site": ("none", lambda v: v in ("none", "class", "site"), "'none', 'class' or 'site'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
 
     def _init_state(self) -> None:
-        self._tree = ProfileTree()
+        self._site_class: dict[str, str] = {}
+        self._off = 0 if self.profile_site == "none" else 1  # index shift of the paper's levels in a path
+        self._tree = ProfileTree(6 + self._off)
         self._suff = Sufficiency(self.k_samples, self.stability)
         self._km = ProfileGroups(self.clusters)
         self._times = TimeCategories(self.start_hour, self.start_weekday)
@@ -89,7 +95,7 @@ class ConfigSnobPolicy(Policy):
     def _select(self, ctx: Context) -> Decision:
         if ctx.history is None:
             return Decision(self.space.default_index, 1.0, "unknown", "default")
-        path = profile_path(ctx, self._times.serving(ctx.time_s))
+        path = self._path(ctx, self._times.serving(ctx.time_s))
         self._requested.add(self._tree.resolve(path)[0])
         gid = self._lookup(path)
         if gid is None:
@@ -100,7 +106,14 @@ class ConfigSnobPolicy(Policy):
         """The group ``_select`` would use, without recording the profile as requested (no side effect)."""
         if ctx.history is None:
             return "unknown"
-        return self._lookup(profile_path(ctx, self._times.serving(ctx.time_s))) or "cold"
+        return self._lookup(self._path(ctx, self._times.serving(ctx.time_s))) or "cold"
+
+    def _path(self, ctx: Context, time_cat: str) -> tuple:
+        base = profile_path(ctx, time_cat)
+        if self.profile_site == "none":
+            return base
+        key = ctx.website if self.profile_site == "site" else self._site_class.get(ctx.website, "?")
+        return (key, *base)
 
     def _draw(self, gid: str, ctx: Context) -> Decision:
         """Sample the group's arms as a table edge does (spec/decision.md): the client's cohort draw picks
@@ -112,7 +125,10 @@ class ConfigSnobPolicy(Policy):
     def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
         """Store the sample; it reaches the models at the next plan() (one updating cycle later)."""
         c = self._cols
-        c["path"].append(profile_path(ctx, self._times.category(ctx.time_s)))
+        if ctx.website not in self._site_class and outcome.bytes > 0:
+            b = outcome.bytes
+            self._site_class[ctx.website] = "small" if b < 100_000 else "medium" if b < 1_000_000 else "large"
+        c["path"].append(self._path(ctx, self._times.category(ctx.time_s)))
         c["config"].append(decision.config)
         c["site"].append(ctx.website)
         c["log_ct"].append(math.log(max(outcome.completion_ms, 1e-3)))
@@ -278,13 +294,21 @@ class ConfigSnobPolicy(Policy):
         fall to the table default (a table cannot express the tree's overlap fallback by address)."""
         serving = self._times.serving(self._last_now)
         rules, seen = [], set()
+        o = self._off
         for path, _ in self._tree.profiles():
-            if path[-1] != serving or (path[2], path[4]) in seen:
+            key = (path[0] if o else None, path[2 + o], path[4 + o])
+            if path[-1] != serving or key in seen:
                 continue
             gid = self._lookup(path)
-            if gid is not None:
-                seen.add((path[2], path[4]))
+            if gid is None:
+                continue
+            seen.add(key)
+            if not o:
                 rules.append({"prefix": path[2], "device": path[4], "group": gid})
+                continue
+            sites = [path[0]] if self.profile_site == "site" else \
+                sorted(w for w, c in self._site_class.items() if c == path[0])
+            rules += [{"prefix": path[2 + o], "sni": w, "device": path[4 + o], "group": gid} for w in sites]
         return rules
 
     def _lookup(self, path: tuple) -> str | None:
@@ -433,10 +457,10 @@ class ArmModels:
             picks = [(c, "bootstrap") for c in top] + ([(int(nxt), "explore")] if nxt is not None else [])
             return [(c, 1.0 / len(picks), arm) for c, arm in picks]
         # controlled: only configurations measured better than the default (else the default) as initial trials;
-        # the proposal gets explore_share, and only when the forest rated it better than the default
+        # BO model 1's proposal (within the forest's limit once it exists) gets explore_share
         d = self.space.default_index
         ref = reward[d] if np.isfinite(reward[d]) else None
         good = [c for c in top if ref is not None and reward[c] <= ref * math.exp(-self.p.margin)] or [d]
-        share = self.p.explore_share if nxt is not None and ci is not None else 0.0
+        share = self.p.explore_share if nxt is not None else 0.0
         out = [(c, (1.0 - share) / len(good), "bootstrap") for c in good]
         return out + ([(int(nxt), share, "explore")] if share else [])

@@ -88,3 +88,25 @@ def test_manager_flags_need_a_shard_id(tmp_path):
     assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a b", "--data", str(tmp_path)]) == 2
     assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a", "--partitions", "300",
                  "--data", str(tmp_path)]) == 2
+
+
+def test_unreachable_bus_is_one_clear_error(tmp_path, capsys):
+    from tailor.bus.natsd import free_port
+    from tailor.cli import main
+
+    assert main(["manager", "--bus", f"nats://127.0.0.1:{free_port()}", "--shard-id", "a", "--data", str(tmp_path)]) == 2
+    assert "cannot connect to the bus nats://127.0.0.1:" in capsys.readouterr().err
+
+
+def test_bus_flags_as_config_keys(tmp_path):
+    import argparse
+
+    from tailor.manager.server import add_arguments, with_config_file
+
+    conf = tmp_path / "m.toml"
+    conf.write_text('bus = "nats://127.0.0.1:4222"\nshard-id = "s1"\npartitions = 8\nbus-user = "manager"\n'
+                    'bus-password-file = "/etc/tailor/bus.pw"\ndata = "/var/lib/tailor"\n')
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = with_config_file(p.parse_args(["--config", str(conf), "--shard-id", "s2"]))
+    assert (args.bus, args.shard_id, args.partitions, args.bus_user) == ("nats://127.0.0.1:4222", "s2", 8, "manager")

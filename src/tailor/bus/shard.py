@@ -37,7 +37,7 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError, NotFo
 from tailor.bus import setup as S
 from tailor.bus.partition import owner, partition
 from tailor.bus.state import MAX_STATE_BYTES, StateError, Watermark, open_sealed, seal, state_key
-from tailor.errors import ParameterError
+from tailor.errors import ParameterError, TailorError
 from tailor.manager.config import ManagerConfig
 from tailor.manager.ingest import canonical_prefix
 from tailor.manager.logs import log
@@ -48,8 +48,9 @@ ARCHIVE_SCHEMA = "tailor.archive-summary/v1"
 FETCH_BATCH = 256  # messages per pull request (the consumer's max ack pending, 10,000, bounds what is outstanding)
 FETCH_TIMEOUT_S = 0.5
 MAX_ARCHIVE_PREFIXES = 5_000  # prefixes in a partition's archive summary (most records first); the rest counted
-MAX_HEARTBEAT_BYTES = 64 << 10  # a heartbeat value larger than this is ignored (counted)
+MAX_HEARTBEAT_BYTES = 256 << 10  # a heartbeat value larger than this is ignored (counted)
 SHARD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+CONNECT_ATTEMPTS = 3  # per server, 1 s apart, at the start
 CRASH_ENV = "TAILOR_BUS_CRASH_BEFORE_ACK"  # tests only: "1" exits (137) after the first state write that folds messages
 
 
@@ -94,6 +95,9 @@ class Counters:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def add(self, other: Counters) -> Counters:
+        return Counters(**{k: v + getattr(other, k) for k, v in self.__dict__.items()})
+
 
 def parse_servers(text: str) -> list[str]:
     return [u.strip() for u in text.split(",") if u.strip()]
@@ -114,6 +118,20 @@ def archive_summary(p: int, archive, now: float) -> bytes:
            "prefixes": {k: {"goodput_mbps": round(e.goodput_mbps, 4), "loss": round(e.loss, 6),
                             "rtt_ms": round(e.rtt_ms, 3), "records": e.samples} for k, e in kept}}
     return json.dumps(doc, separators=(",", ":")).encode()
+
+
+async def _bus_error(err: Exception) -> None:
+    log("bus.error", logging.WARNING, error=f"{type(err).__name__}: {str(err)[:300]}")
+
+
+def _bus_event(event: str):
+    async def cb() -> None:
+        log(event, logging.WARNING if event == "bus.disconnected" else logging.INFO)
+    return cb
+
+
+class BusError(TailorError):
+    """The bus cannot be used (unreachable, credentials refused)."""
 
 
 class PartitionWorker:
@@ -314,7 +332,8 @@ class PartitionWorker:
                 await m.ack()
             await sh.nc.flush()
         await self._publish_envelope()
-        await self._put_archive()
+        if folded or final or c.cycles == 1:
+            await self._put_archive()
         log("bus.cycle", partition=self.p, shard=sh.cfg.shard_id, version=mgr.current.version,
             folded_messages=len(folded), watermark=self.watermark.floor, records=c.records,
             duplicates=c.duplicates, refused_partition=c.refused_partition, final=final,
@@ -367,6 +386,8 @@ class Shard:
         self.claims: set[int] = set()
         self.stopping = asyncio.Event()
         self.heartbeats_ignored = 0
+        self.retired = Counters()  # counters of the workers released so far
+        self.beat_ok = time.monotonic()  # last heartbeat the bus took
         key_path = cfg.base.signing_key
         Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
         if not key_path:  # one key for every partition of this shard; other shards must be given the same one
@@ -379,9 +400,16 @@ class Shard:
 
     async def connect(self) -> None:
         cfg = self.cfg
-        self.nc = await nats.connect(servers=cfg.servers, user=cfg.user, password=cfg.password,
-                                     name=f"tailor-manager-{cfg.shard_id}", max_reconnect_attempts=-1,
-                                     reconnect_time_wait=1, connect_timeout=5)
+        try:  # a few attempts at the start (one clear error), then reconnect forever once connected
+            self.nc = await nats.connect(servers=cfg.servers, user=cfg.user, password=cfg.password,
+                                         name=f"tailor-manager-{cfg.shard_id}", max_reconnect_attempts=CONNECT_ATTEMPTS,
+                                         reconnect_time_wait=1, connect_timeout=5, error_cb=_bus_error,
+                                         disconnected_cb=_bus_event("bus.disconnected"),
+                                         reconnected_cb=_bus_event("bus.reconnected"))
+            self.nc.options["max_reconnect_attempts"] = -1
+        except Exception as err:  # noqa: BLE001 (no server, refused credentials, ...: one clear error)
+            raise BusError(f"tailor manager: cannot connect to the bus {','.join(cfg.servers)}"
+                           f"{' as ' + cfg.user if cfg.user else ''}: {type(err).__name__}: {err}") from None
         self.js = self.nc.jetstream()
         await S.ensure_stream(self.js)
         buckets = await S.ensure_buckets(self.js)
@@ -394,10 +422,25 @@ class Shard:
             cluster_created=created)
 
     async def heartbeat(self) -> None:
+        total = self.retired
+        for w in self.workers.values():
+            total = total.add(w.counters)
         doc = {"shard": self.cfg.shard_id, "time": time.time(), "pid": os.getpid(), "partitions": sorted(self.claims),
-               "versions": {str(p): w.version for p, w in self.workers.items()},
-               "counters": {str(p): w.counters.as_dict() for p, w in self.workers.items()}}
+               "versions": {str(p): w.version for p, w in self.workers.items()}, "counters": total.as_dict()}
         await self.shards.put(f"alive.{self.cfg.shard_id}", json.dumps(doc, separators=(",", ":")).encode())
+        self.beat_ok = time.monotonic()
+
+    async def _beat_forever(self) -> None:
+        """Heartbeats on their own task: starting many partitions (seconds) never lets the TTL lapse."""
+        while not self.stopping.is_set():
+            try:
+                await self.heartbeat()
+            except Exception as err:  # noqa: BLE001 (bus away: the check below releases the partitions in time)
+                log("bus.heartbeat_failed", logging.WARNING, error=f"{type(err).__name__}: {err}")
+            try:
+                await asyncio.wait_for(self.stopping.wait(), self.cfg.heartbeat_s)
+            except TimeoutError:
+                pass
 
     async def live(self) -> dict[str, dict]:
         """{shard id: heartbeat document} of the shards whose heartbeat has not expired."""
@@ -426,6 +469,12 @@ class Shard:
         return out
 
     async def rebalance(self) -> None:
+        if time.monotonic() - self.beat_ok > S.HEARTBEAT_TTL_S - 2 * self.cfg.heartbeat_s and self.workers:
+            # our heartbeat is about to expire (bus away): the others will take our partitions; stop first
+            log("bus.ownership", logging.WARNING, shard=self.cfg.shard_id, lost=sorted(self.workers),
+                reason="heartbeat not taken by the bus")
+            await asyncio.gather(*(self._release(p) for p in list(self.workers)))
+            return
         live = await self.live()
         me = self.cfg.shard_id
         others_claim = {p for s, d in live.items() if s != me for p in (d.get("partitions") or [])
@@ -466,17 +515,19 @@ class Shard:
             await w.stop()
         except Exception as err:  # noqa: BLE001
             log("bus.release_failed", logging.ERROR, partition=p, error=f"{type(err).__name__}: {err}")
+        self.retired = self.retired.add(w.counters)
         self.claims.discard(p)
 
     async def run(self) -> int:
+        await self.connect()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        await self.connect()
+        await self.heartbeat()
+        beats = asyncio.create_task(self._beat_forever(), name="heartbeat")
         try:
             while not self.stopping.is_set():
                 try:
-                    await self.heartbeat()
                     await self.rebalance()
                 except (TimeoutError, nats.errors.Error) as err:
                     log("bus.check_failed", logging.WARNING, error=f"{type(err).__name__}: {err}")
@@ -486,7 +537,9 @@ class Shard:
                     pass
         finally:
             log("bus.stopping", shard=self.cfg.shard_id, partitions=sorted(self.workers))
+            self.stopping.set()
             await asyncio.gather(*(self._release(p) for p in list(self.workers)), return_exceptions=True)
+            await beats
             try:
                 await self.shards.delete(f"alive.{self.cfg.shard_id}")  # the others take over without waiting the TTL
             except Exception:  # noqa: BLE001

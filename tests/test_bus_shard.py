@@ -7,6 +7,7 @@ Shards run as subprocesses (``python -m tailor manager --bus ...``) with ``--upd
 import asyncio
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -125,8 +126,32 @@ async def _publish_all(pub, recs, partitions):
         assert not ack.duplicate
 
 
+class _Touch:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):  # unpickling this creates a file: the shard must refuse the object before that
+        return (Path.touch, (Path(self.path),))
+
+
+async def _forge_state(bus, p: int, marker: Path) -> None:
+    from tailor.bus import setup as S
+    from tailor.bus.state import Watermark, seal
+
+    nc, js = await _conn(bus)
+    try:
+        await S.ensure_stream(js)
+        b = await S.ensure_buckets(js)
+        payload = pickle.dumps({"policy": _Touch(str(marker))})
+        await b["state"].put(S.part_key(p), seal(b"k" * 32, p, Watermark(), payload))  # not the signing key's HMAC
+    finally:
+        await nc.close()
+
+
 def test_one_shard_owns_all_publishes_verified_tables_and_ingests_once(bus):
     P, N = 4, 800
+    marker = bus.tmp / "unpickled"
+    asyncio.run(_forge_state(bus, 0, marker))
     proc = bus.shard("a", P)
 
     async def scenario():
@@ -168,6 +193,9 @@ def test_one_shard_owns_all_publishes_verified_tables_and_ingests_once(bus):
     assert bus.stop("a") == 0  # SIGTERM: final cycle, state, acknowledgements
     log = bus.log("a")
     assert '"event": "bus.takeover"' in log and '"event": "bus.stopped"' in log
+    refused = [json.loads(line) for line in log.splitlines() if '"bus.state_refused"' in line]
+    assert [r["partition"] for r in refused] == [0] and "HMAC does not verify" in refused[0]["reason"]
+    assert not marker.exists()  # the forged state was never unpickled; partition 0 started fresh
     assert len(bus.store_records(["a"])) == N
 
 

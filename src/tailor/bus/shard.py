@@ -477,8 +477,13 @@ class Shard:
             return
         live = await self.live()
         me = self.cfg.shard_id
-        others_claim = {p for s, d in live.items() if s != me for p in (d.get("partitions") or [])
-                        if isinstance(p, int)}
+        claimants: dict[int, list[str]] = {}
+        for s, d in live.items():
+            if s != me:
+                for p in d.get("partitions") or []:
+                    if isinstance(p, int):
+                        claimants.setdefault(p, []).append(s)
+        others_claim = set(claimants)
         gained, lost = [], []
         for p in range(self.partitions):
             mine = owner(p, live) == me
@@ -489,6 +494,8 @@ class Shard:
                 gained.append(p)
             elif not mine and w is not None:
                 lost.append(p)
+            elif w is not None and any(owner(p, [me, s]) != me for s in claimants.get(p, [])):
+                lost.append(p)  # two shards started p on different views of the live set: the lighter one yields
         if lost:
             log("bus.ownership", shard=me, lost=lost, live=sorted(live))
             await asyncio.gather(*(self._release(p) for p in lost))

@@ -282,3 +282,49 @@ def test_two_shards_split_and_kill_9_takeover_loses_no_acknowledged_record(bus):
     taken = [json.loads(line) for line in log.splitlines() if '"bus.takeover"' in line]
     assert {t["partition"] for t in taken if t["restored"]} == set(mine[a])
     print(f"takeover in {took:.1f} s")
+
+
+def test_handover_under_traffic_join_then_sigterm_folds_every_record_once(bus):
+    P = 6
+    a, b = _split_ids(P)
+    owners = assignment(P, [a, b])
+    mine = {s: sorted(p for p, o in owners.items() if o == s) for s in (a, b)}
+    pa = bus.shard(a, P)
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        try:
+            await _until(f"{a} owning every partition", lambda: _owned(js, {a: list(range(P))}), 30, [pa])
+            pub, sent = T.EdgePublisher(js, source="edge-1"), 0
+            pb = bus.shard(b, P)  # joins while telemetry flows: a hands b's partitions over
+            deadline = time.monotonic() + 30
+            tag = 0
+            while time.monotonic() < deadline:
+                tag += 1
+                recs = T.records(60, prefixes=30, tag=tag)
+                await _publish_all(pub, recs, P)
+                sent += len(recs)
+                if await _owned(js, mine) and tag >= 5:
+                    break
+                await asyncio.sleep(0.2)
+            assert await _owned(js, mine), "the partitions were not split"
+            await _publish_all(pub, T.records(120, tag=200), P)
+            sent += 120
+            await _until(f"{sent} records folded", lambda: _archived(js, sent), 20, [pa, pb])
+            pa.send_signal(signal.SIGTERM)  # graceful: final cycle, state, acks, heartbeat deleted
+            stopped = time.monotonic()
+            await _publish_all(pub, T.records(120, tag=201), P)
+            sent += 120
+            await _until(f"{b} owning every partition", lambda: _owned(js, {b: list(range(P))}), 15, [pb])
+            took = time.monotonic() - stopped
+            await _until(f"{sent} records folded", lambda: _archived(js, sent), 20, [pb])
+            return sent, took
+        finally:
+            await nc.close()
+
+    sent, took = bus.run(scenario())
+    assert bus.procs[a].wait(timeout=10) == 0
+    assert took < 6, f"hand-over after SIGTERM took {took:.1f} s (the heartbeat key is deleted: no TTL wait)"
+    assert bus.stop(b) == 0
+    assert len(set(bus.store_records([a, b]))) == sent
+    print(f"graceful hand-over in {took:.1f} s, {sent} records")

@@ -280,7 +280,8 @@ def test_two_shards_split_and_kill_9_takeover_loses_no_acknowledged_record(bus):
     assert len(set(stored)) == N1 + N2  # every published record is in a store (a's stores may hold unacked ones twice)
     log = bus.log(b)
     taken = [json.loads(line) for line in log.splitlines() if '"bus.takeover"' in line]
-    assert {t["partition"] for t in taken if t["restored"]} == set(mine[a])
+    # b restored a's partitions (and its own too when a, up first, had them before the split)
+    assert set(mine[a]) <= {t["partition"] for t in taken if t["restored"]}
     print(f"takeover in {took:.1f} s")
 
 

@@ -253,13 +253,13 @@ class PartitionWorker:
         c = self.counters
         c.messages += 1
         seq = msg.metadata.sequence.stream
-        if self.watermark.folded(seq):
-            c.duplicates += 1
-            await msg.ack()
-            return
-        if seq in self.pending:  # redelivered before its fold (ack wait shorter than the cycle): ingested once
+        if seq in self.pending:  # redelivered before its state was written (e.g. a long cycle): ingested once
             c.redelivered += 1
             self.pending[seq] = msg
+            return
+        if self.watermark.folded(seq):  # in a written state (what is folded but not written is in pending)
+            c.duplicates += 1
+            await msg.ack()
             return
         if len(msg.data) > S.MAX_MSG_BYTES:
             c.invalid_batches += 1
@@ -320,11 +320,20 @@ class PartitionWorker:
         self.pending = {}
         c.cycles += 1
         if folded or c.states_written == 0 or final or (summary and summary.published):
-            info = await sh.js.consumer_info(S.STREAM, self.name)
-            self.watermark.advance(info.ack_floor.stream_seq)
-            self.watermark.add(m.metadata.sequence.stream for m in folded)
-            blob = await asyncio.to_thread(seal, sh.state_key, self.p, self.watermark, mgr._good_state)
-            await sh.obj.put(S.part_key(self.p), blob)
+            wm = Watermark(self.watermark.floor, set(self.watermark.above))
+            wm.add(m.metadata.sequence.stream for m in folded)
+            try:
+                info = await sh.js.consumer_info(S.STREAM, self.name)
+                wm.advance(info.ack_floor.stream_seq)
+                blob = await asyncio.to_thread(seal, sh.state_key, self.p, wm, mgr._good_state)
+                await sh.obj.put(S.part_key(self.p), blob)
+            except BaseException:
+                # folded in memory, not durable: kept pending (acknowledged after the next written state; a
+                # redelivery meanwhile is not ingested again)
+                self.pending.update({m.metadata.sequence.stream: m for m in folded})
+                self.watermark = wm
+                raise
+            self.watermark = wm
             c.states_written += 1
             if folded and os.environ.get(CRASH_ENV) == "1":  # tests only: a crash between state and acknowledgements
                 os._exit(137)

@@ -273,8 +273,9 @@ class PartitionWorker:
             c.ingest_failed += 1
             await msg.nak(delay=5)
             return
-        if result.status == 400 and not result.accepted:
-            c.invalid_batches += 1 if not result.rejected else 0
+        if result.status == 400 and not result.accepted:  # acknowledged with the next state: resending cannot help
+            c.invalid_batches += 1
+            log("bus.batch_refused", logging.WARNING, partition=self.p, seq=seq, reasons=result.reasons[:3])
         c.records += result.accepted
         c.rejected += result.rejected
         self.pending[seq] = msg

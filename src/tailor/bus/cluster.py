@@ -42,6 +42,10 @@ def add_parser(sub) -> None:
     p.add_argument("--update-freq", type=float, default=10.0, help="the shards' update period in seconds (default 10)")
     p.add_argument("--policy", default="configanator", help="the shards' policy (default configanator)")
     p.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines (default 5)")
+    p.add_argument("--edge-arg", action="append", default=[], metavar="ARG",
+                   help="one more tailor-edge argument for every edge (repeatable), e.g. --edge-arg=--full-address")
+    p.add_argument("--shard-arg", action="append", default=[], metavar="ARG",
+                   help="one more tailor manager argument for every shard (repeatable)")
 
 
 def _signing_key(directory: Path) -> tuple[Path, Path]:
@@ -78,6 +82,7 @@ class Cluster:
         self.dir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tailor-cluster-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.children: list[tuple[str, subprocess.Popen]] = []
+        self.edges: dict[str, dict] = {}  # name -> {"cmd", "log", "url", "metrics"}: what restart_edge needs
         self.server: NatsServer | None = None
         self.stopping = False
 
@@ -103,7 +108,7 @@ class Cluster:
             cmd = [sys.executable, "-m", "tailor", "manager", "--bus", self.server.url, "--shard-id", sid,
                    "--bus-user", "manager", "--bus-password-file", str(users["manager"]), "--data", str(self.dir / sid),
                    "--signing-key", str(key), "--partitions", str(a.partitions), "--update-freq", str(a.update_freq),
-                   "--policy", a.policy]
+                   "--policy", a.policy, *getattr(a, "shard_arg", [])]
             proc = self._spawn(sid, cmd, self.dir / sid / "manager.log", env)
             print(f"{sid}  pid {proc.pid}  data {self.dir / sid}  log {self.dir / sid / 'manager.log'}", flush=True)
         if a.edges:
@@ -112,14 +117,36 @@ class Cluster:
             binary = go_binary("tailor-edge", "TAILOR_EDGE")
             root = _www(self.dir)
             for i in range(a.edges):
-                port, d = free_port(), self.dir / f"edge-{i}"
+                port, mport, d = free_port(), free_port(), self.dir / f"edge-{i}"
                 cmd = [binary, "--bus", self.server.url, "--bus-user", "edge", "--bus-password-file", str(users["edge"]),
                        "--pop", f"pop{i}", "--table-cache", str(d / "cache"), "--table-pubkey", str(pub),
-                       "--self-signed", "--listen", f"127.0.0.1:{port}", "--root", str(root)]
+                       "--self-signed", "--listen", f"127.0.0.1:{port}", "--root", str(root),
+                       "--metrics", f"127.0.0.1:{mport}", *getattr(a, "edge_arg", [])]
                 (d / "cache").mkdir(parents=True, exist_ok=True)
-                proc = self._spawn(f"edge-{i}", cmd, d / "edge.log")
-                print(f"edge-{i}  pid {proc.pid}  https://127.0.0.1:{port}/  log {d / 'edge.log'}", flush=True)
+                name = f"edge-{i}"
+                self.edges[name] = {"cmd": cmd, "log": d / "edge.log", "url": f"https://127.0.0.1:{port}/",
+                                    "metrics": f"http://127.0.0.1:{mport}/metrics"}
+                proc = self._spawn(name, cmd, d / "edge.log")
+                print(f"{name}  pid {proc.pid}  https://127.0.0.1:{port}/  metrics http://127.0.0.1:{mport}/metrics  "
+                      f"log {d / 'edge.log'}", flush=True)
         print(f"tables signed by {key} (public key {pub}); directory {self.dir}", flush=True)
+
+    def process(self, name: str) -> subprocess.Popen:
+        """The newest process started under ``name`` (``shard-<i>``, ``edge-<i>``)."""
+        return [p for n, p in self.children if n == name][-1]
+
+    def restart_edge(self, name: str) -> subprocess.Popen:
+        """Stop edge ``name`` (SIGTERM, by PID) and start it again with the same command line (and cache)."""
+        old = self.process(name)
+        if old.poll() is None:
+            old.send_signal(signal.SIGTERM)
+            try:
+                old.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                old.kill()
+                old.wait()
+        e = self.edges[name]
+        return self._spawn(name, e["cmd"], e["log"])
 
     async def status(self) -> str:
         from tailor.bus import testing as T

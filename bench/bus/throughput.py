@@ -2,11 +2,12 @@
 
     PYTHONPATH=src .venv/bin/python bench/bus/throughput.py [--records 200000] [--shards 1 2 3] [--out FILE]
 
-For each shard count, on a fresh nats-server (file storage, authenticated users, loopback): ``--records``
+For each shard count, on a fresh nats-server (file storage, authenticated users, loopback): the shards start
+(``tailor manager --bus``, one process each, update cycle every 2 s, policy ``--policy``) and the bench waits
+until every partition is owned and the ownership has not changed for 3 s (hand-overs done); then ``--records``
 page-load records over 4,096 /24s are published as edge batches of 500 records to ``tailor.tel.bench.<p>``
-(6 partitions) before any shard runs; then the shards start (``tailor manager --bus``, one process each,
-update cycle every 2 s, policy ``--policy``) and the clock runs from the moment every partition is owned to the
-moment every partition's durable consumer has delivered every message and holds none unacknowledged (a shard
+(6 partitions, one publisher awaiting every acknowledgement) and the clock runs from the first publication to
+the moment every partition's durable consumer has delivered every message and holds none unacknowledged (a shard
 acknowledges a batch only after the learned state that folds it is durably written). Records/s = records / that time. The scaling ratio is each count's rate over the 1-shard rate, all
 measured in the same run. The machine's load is recorded before and after; run it with nothing else running.
 """
@@ -52,20 +53,35 @@ async def _publish(server: NatsServer, n: int) -> float:
         await nc.close()
 
 
-async def _wait(server: NatsServer, shards: list[str], n: int, timeout: float) -> tuple[float, float]:
+async def _settled(server: NatsServer, shards: list[str], timeout: float) -> float:
+    """Seconds until every partition is owned by ``shards`` and the ownership was unchanged for 3 s."""
+    nc = await T.connect(server.url, "manager", server.password("manager"))
+    js = nc.jetstream()
+    t0, deadline = time.monotonic(), time.monotonic() + timeout
+    try:
+        last, since = None, None
+        while time.monotonic() < deadline:
+            hb = await T.heartbeats(js)
+            owners = {p: s for s in shards for p in hb.get(s, {}).get("partitions", [])}
+            if sorted(owners) == list(range(PARTITIONS)) and len(set(owners.values())) == len(shards):
+                if owners != last:
+                    last, since = owners, time.monotonic()
+                elif time.monotonic() - since >= 3.0:
+                    return since - t0
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"ownership did not settle within {timeout} s")
+    finally:
+        await nc.close()
+
+
+async def _drained(server: NatsServer, timeout: float) -> float:
     nc = await T.connect(server.url, "manager", server.password("manager"))
     js = nc.jetstream()
     try:
         deadline = time.monotonic() + timeout
-        owned_at = None
         while time.monotonic() < deadline:
-            if owned_at is None:
-                hb = await T.heartbeats(js)
-                owned = sorted(p for s in shards for p in hb.get(s, {}).get("partitions", []))
-                if owned == list(range(PARTITIONS)):
-                    owned_at = time.monotonic()
-            elif await _all_acked(js):
-                return owned_at, time.monotonic()
+            if await _all_acked(js):
+                return time.monotonic()
             await asyncio.sleep(0.1)
         raise RuntimeError(f"not every record folded within {timeout} s")
     finally:
@@ -88,7 +104,6 @@ def run_one(k: int, n: int, policy: str, tmp: Path) -> dict:
     server = NatsServer(tmp / f"nats-{k}").start()
     procs = []
     try:
-        publish_rate = asyncio.run(_publish(server, n))
         key = tmp / "signing.key"
         if not key.exists():
             key.write_bytes(Ed25519PrivateKey.generate().private_bytes(
@@ -103,10 +118,12 @@ def run_one(k: int, n: int, policy: str, tmp: Path) -> dict:
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                           env=dict(os.environ, PYTHONPATH=SRC)))
             log.close()
-        started = time.monotonic()
-        owned_at, done_at = asyncio.run(_wait(server, ids, n, timeout=900))
-        return {"shards": k, "records": n, "records_per_s": n / (done_at - owned_at), "seconds": done_at - owned_at,
-                "startup_s": owned_at - started, "publish_records_per_s": publish_rate}
+        startup = asyncio.run(_settled(server, ids, timeout=120))
+        t0 = time.monotonic()
+        publish_rate = asyncio.run(_publish(server, n))
+        done_at = asyncio.run(_drained(server, timeout=900))
+        return {"shards": k, "records": n, "records_per_s": n / (done_at - t0), "seconds": done_at - t0,
+                "startup_s": startup, "publish_records_per_s": publish_rate}
     finally:
         for p in procs:
             if p.poll() is None:

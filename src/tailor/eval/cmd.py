@@ -28,7 +28,6 @@ def run_evaluate(args, argv) -> int:
     seeds = [args.seed + k for k in range(args.repeat)]
     root = Path(args.out or f"out/evaluate-{Path(str(args.scenario)).stem}-s{args.seed}")
     err = Console(stderr=True)
-    _print_selection(oracle, err)
     runs, reports = [], []
     with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False, disable=not err.is_terminal and args.json) as bar:
@@ -59,10 +58,10 @@ def _print_selection(oracle, err) -> None:
     from tailor.oracle.validate import one_line
 
     v = getattr(oracle, "validation", None) or {}
-    err.print(f"oracle {oracle.name}: {v.get('reason', '')}", highlight=False)
+    err.print(f"oracle {oracle.name}: {v.get('reason', '')}", highlight=False, soft_wrap=True)
     for name, kinds in (v.get("figures") or {}).items():
         err.print(f"  validation on {v['dataset']} ({'leave-one-condition-out' if name == 'measured' else 'unfitted'}) "
-                  f"{one_line(name, kinds)}", highlight=False)
+                  f"{one_line(name, kinds)}", highlight=False, soft_wrap=True)
 
 
 def _evaluate_seed(args, seed, oracle, policies, progress, err):
@@ -71,6 +70,8 @@ def _evaluate_seed(args, seed, oracle, policies, progress, err):
                        guardrails=getattr(args, "guardrails", "off"))
     scenario = load_scenario(args.scenario, n_sessions=args.sessions, seed=seed, websites=sorted(oracle.websites))
     overrides = policy_overrides(args, policies)
+    if seed == args.seed:  # once, after the options were checked (a bad option is one error line)
+        _print_selection(oracle, err)
     guard = ""
     if config.guardrails == "on":
         guard = (f"; guardrails on (holdback {config.guard_holdback:g}, explore budget {config.guard_explore_budget:g})"

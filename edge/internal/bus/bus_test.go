@@ -159,13 +159,7 @@ func TestWatchAndCache(t *testing.T) {
 	snaps := make(chan Snapshot, 16)
 	tabs.OnChange(func(s Snapshot) { snaps <- s })
 	<-snaps // the initial, empty one
-	nc, err := Connect(Options{URLs: srv.URL(), Log: log.New(os.Stderr, "", 0)})
-	must(t, err)
-	t.Cleanup(nc.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { tabs.Watch(ctx, nc); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stopWatch := watch(t, tabs, Options{URLs: srv.URL(), Log: log.New(os.Stderr, "", 0)})
 
 	put := func(key string, v []byte) {
 		t.Helper()
@@ -194,8 +188,7 @@ func TestWatchAndCache(t *testing.T) {
 	}
 
 	// a fresh edge with the bus down: the cache (verified again)
-	cancel()
-	<-done
+	stopWatch()
 	srv.Stop()
 	tabs2, logs2 := newTables(t, k, cache)
 	must(t, tabs2.LoadCache())
@@ -237,6 +230,21 @@ func waitFor(t *testing.T, ch chan Snapshot, ok func(Snapshot) bool) Snapshot {
 	}
 }
 
+// watch connects with o and runs tabs.Watch until stop (or the test's end).
+func watch(t *testing.T, tabs *Tables, o Options) (stop func()) {
+	t.Helper()
+	nc, err := Connect(o)
+	must(t, err)
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tabs.Watch(ctx, nc); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
@@ -253,14 +261,8 @@ func TestWatchSurvivesRestart(t *testing.T) {
 	tabs, _ := newTables(t, k, "")
 	snaps := make(chan Snapshot, 16)
 	tabs.OnChange(func(s Snapshot) { snaps <- s })
-	nc, err := Connect(Options{URLs: srv.URL(), ReconnectWait: 100 * time.Millisecond, Log: log.New(os.Stderr, "", 0)})
-	must(t, err)
-	t.Cleanup(nc.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { tabs.Watch(ctx, nc); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	_, err = kv.Put(context.Background(), ClusterKey, bustest.Cluster(2))
+	watch(t, tabs, Options{URLs: srv.URL(), ReconnectWait: 100 * time.Millisecond, Log: log.New(os.Stderr, "", 0)})
+	_, err := kv.Put(context.Background(), ClusterKey, bustest.Cluster(2))
 	must(t, err)
 	waitFor(t, snaps, func(s Snapshot) bool { return s.Partitions == 2 })
 	srv.Stop()

@@ -310,7 +310,7 @@ func (t *Tables) LoadCache() error {
 	if err := os.MkdirAll(t.CacheDir, 0o700); err != nil {
 		return fmt.Errorf("--table-cache: %v", err)
 	}
-	if data, err := readBounded(filepath.Join(t.CacheDir, clusterFile), maxClusterBytes); err == nil {
+	if data, err := ReadBounded(filepath.Join(t.CacheDir, clusterFile), maxClusterBytes); err == nil {
 		if err := t.Apply(ClusterKey, data, false); err != nil {
 			t.logf("table cache %s: %v", clusterFile, err)
 		}
@@ -327,7 +327,7 @@ func (t *Tables) LoadCache() error {
 		if !strings.HasPrefix(name, partPrefix) || !ok || !e.Type().IsRegular() {
 			continue
 		}
-		data, err := readBounded(filepath.Join(t.CacheDir, name), MaxEnvelopeBytes)
+		data, err := ReadBounded(filepath.Join(t.CacheDir, name), MaxEnvelopeBytes)
 		if err != nil {
 			t.logf("table cache: %v", err)
 			continue
@@ -354,7 +354,8 @@ func (t *Tables) LoadCache() error {
 	return nil
 }
 
-func readBounded(path string, limit int) ([]byte, error) {
+// ReadBounded reads path, refusing a file larger than limit bytes.
+func ReadBounded(path string, limit int) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -113,25 +112,16 @@ func (s *Server) writeHTTPCache(data []byte) error {
 // with --table-pubkey).
 func (s *Server) loadHTTPCache() error {
 	path := filepath.Join(s.cfg.TableCache, httpCacheFile)
-	f, err := os.Open(path)
+	env, err := bus.ReadBounded(path, bus.MaxEnvelopeBytes)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	env, err := io.ReadAll(io.LimitReader(f, bus.MaxEnvelopeBytes+1))
-	if err != nil {
-		return err
-	}
-	n := len(env)
-	if n > bus.MaxEnvelopeBytes {
-		return fmt.Errorf("%s: larger than %d bytes", path, bus.MaxEnvelopeBytes)
 	}
 	var body []byte
 	if len(s.tables.Keys) > 0 {
-		body, err = bus.OpenEnvelope(env[:n], 0, s.tables.Keys)
+		body, err = bus.OpenEnvelope(env, 0, s.tables.Keys)
 	} else {
 		var ce cacheEnvelope
-		err = json.Unmarshal(env[:n], &ce)
+		err = json.Unmarshal(env, &ce)
 		body = ce.Body
 	}
 	if err != nil {

@@ -135,14 +135,6 @@ async def _stream_records(js) -> list[tuple]:
     return out
 
 
-async def _all_acked(js) -> bool:
-    for p in range(PARTITIONS):
-        info = await js.consumer_info(S.STREAM, S.consumer_name(p))
-        if info.num_pending or info.num_ack_pending:
-            return False
-    return True
-
-
 def _edges_metrics(cluster) -> dict[str, dict]:
     return {n: metrics(e["metrics"]) for n, e in cluster.edges.items()}
 
@@ -276,7 +268,7 @@ def test_kill_shard_stop_bus_restart_edge(tmp_path):
         async def account():
             nc, js = await _bus(cluster)
             try:
-                await _until("every partition consumer acknowledged", lambda: _all_acked(js), 90)
+                await _until("every partition consumer acknowledged", lambda: T.all_acked(js, PARTITIONS), 90)
                 return await _stream_records(js)
             finally:
                 await nc.close()

@@ -80,24 +80,12 @@ async def _drained(server: NatsServer, timeout: float) -> float:
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if await _all_acked(js):
+            if await T.all_acked(js, PARTITIONS):
                 return time.monotonic()
             await asyncio.sleep(0.1)
         raise RuntimeError(f"not every record folded within {timeout} s")
     finally:
         await nc.close()
-
-
-async def _all_acked(js) -> bool:
-    """Every partition consumer has delivered everything and has nothing unacknowledged: every record is in a
-    durable state write (the shards acknowledge only after it)."""
-    from tailor.bus import setup as S
-
-    for p in range(PARTITIONS):
-        info = await js.consumer_info(S.STREAM, S.consumer_name(p))
-        if info.num_pending or info.num_ack_pending:
-            return False
-    return True
 
 
 def run_one(k: int, n: int, policy: str, tmp: Path) -> dict:

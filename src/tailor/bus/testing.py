@@ -95,5 +95,15 @@ async def envelopes(js) -> dict[int, dict]:
     return {int(k.split(".")[1]): json.loads(v) for k, v in (await kv_values(js, S.TABLES, "part.")).items()}
 
 
+async def all_acked(js, partitions: int) -> bool:
+    """Every partition's durable consumer has delivered everything and holds nothing unacknowledged: every record
+    is folded into a durably written state (shards acknowledge only after it)."""
+    for p in range(partitions):
+        info = await js.consumer_info(S.STREAM, S.consumer_name(p))
+        if info.num_pending or info.num_ack_pending:
+            return False
+    return True
+
+
 def envelope_table(env: dict) -> dict:
     return json.loads(base64.b64decode(env["body"]))

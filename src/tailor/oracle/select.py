@@ -38,10 +38,10 @@ def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
         oracle = ModelOracle()
         oracle.validation = {"chosen": "model", "reason": "no measured dataset to validate against"}
         return oracle
-    from tailor.oracle.validate import cached_validation, holds
+    from tailor.oracle.validate import cached_validation
 
     figures = cached_validation(measured.dataset)["oracles"]
-    ok = {o: all(holds(figures[o][k], k) for k in ("objects", "pages")) for o in ("measured", "model")}
+    ok = _holds(figures)
     covers = _covers(measured, space)
     if ok["measured"] and covers:
         chosen, reason = "measured", "its validation holds and it covers the space"
@@ -63,12 +63,18 @@ def _with_validation(oracle, name: str, reason: str):
     measured = oracle if name == "measured" else (_measured_or_none() if _could_cover_defaults() else None)
     oracle.validation = {"chosen": name, "reason": reason}
     if measured is not None:
-        from tailor.oracle.validate import cached_validation, holds
+        from tailor.oracle.validate import cached_validation
 
         figures = cached_validation(measured.dataset)["oracles"]
-        oracle.validation.update(dataset=measured.dataset.name, figures=figures,
-                                 holds={o: all(holds(figures[o][k], k) for k in ("objects", "pages")) for o in figures})
+        oracle.validation.update(dataset=measured.dataset.name, figures=figures, holds=_holds(figures))
     return oracle
+
+
+def _holds(figures: dict) -> dict[str, bool]:
+    """Per oracle: whether its validation meets the targets on both objects and pages."""
+    from tailor.oracle.validate import holds
+
+    return {o: all(holds(kinds[k], k) for k in ("objects", "pages")) for o, kinds in figures.items()}
 
 
 def _could_cover_defaults() -> bool:

@@ -437,10 +437,13 @@ class ArmModels:
 
     def _safe_best(self, reward, tried) -> int:
         """The best tried configuration if it was measured ``margin`` better than the default, else the default."""
-        d = self.space.default_index
         best = int(tried[np.argmin(reward[tried])])
-        ref = reward[d] if np.isfinite(reward[d]) else None
-        return best if ref is not None and reward[best] <= ref * math.exp(-self.p.margin) else d
+        return best if self._beats_default(reward, best) else self.space.default_index
+
+    def _beats_default(self, reward, config: int) -> bool:
+        """Measured at least ``margin`` better than the default (False while the default has no reward)."""
+        ref = reward[self.space.default_index]
+        return bool(np.isfinite(ref) and reward[config] <= ref * math.exp(-self.p.margin))
 
     def overlap(self, gid, ids, y, cols, ci) -> list[tuple[int, float, str]]:
         """Initial trials for new profiles: the best tried configurations plus BO model 1's proposal."""
@@ -458,9 +461,7 @@ class ArmModels:
             return [(c, 1.0 / len(picks), arm) for c, arm in picks]
         # controlled: only configurations measured better than the default (else the default) as initial trials;
         # BO model 1's proposal (within the forest's limit once it exists) gets explore_share
-        d = self.space.default_index
-        ref = reward[d] if np.isfinite(reward[d]) else None
-        good = [c for c in top if ref is not None and reward[c] <= ref * math.exp(-self.p.margin)] or [d]
+        good = [c for c in top if self._beats_default(reward, c)] or [self.space.default_index]
         share = self.p.explore_share if nxt is not None else 0.0
         out = [(c, (1.0 - share) / len(good), "bootstrap") for c in good]
         return out + ([(int(nxt), share, "explore")] if share else [])

@@ -60,9 +60,12 @@ class Adaptive:
 
     def resolved(self, values) -> bool:
         lo, hi = median_interval(values, self.level)
-        m = float(np.median(values)) if len(values) else math.nan
-        return (len(values) >= self.min_reps and math.isfinite(lo)
-                and lo >= m * (1 - self.target) and hi <= m * (1 + self.target))
+        return self.within(len(values), float(np.median(values)) if len(values) else math.nan, lo, hi)
+
+    def within(self, n: int, median: float, lo: float, hi: float) -> bool:
+        """Resolved: enough repetitions and the median's interval within +-target of it."""
+        return (n >= self.min_reps and math.isfinite(lo)
+                and lo >= median * (1 - self.target) and hi <= median * (1 + self.target))
 
     def wanted(self, values) -> int:
         """How many valid repetitions the cell should have after the next round (its count when it is done)."""
@@ -102,18 +105,24 @@ def cells(df: pd.DataFrame, adaptive: Adaptive) -> pd.DataFrame:
     """Per cell: valid repetitions, median, its interval, resolved, at the cap (what intervals.parquet holds)."""
     if df.empty:
         return pd.DataFrame(columns=CELL + ["n", "median_ms", "lo_ms", "hi_ms", "resolved", "capped"])
-    ok = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])].copy()
-    ok["workload"] = _workload(ok)
-    ok["batch"] = ok["key"].map(batch_of)
     rows = []
-    for key, g in ok.groupby(CELL, sort=True):
+    for key, g in _valid(df).groupby(CELL, sort=True):
         v = g["completion_ms"].to_numpy()
         lo, hi = median_interval(v, adaptive.level)
-        rows.append({**dict(zip(CELL, key, strict=True)), "n": len(v), "median_ms": float(np.median(v)),
-                     "lo_ms": lo, "hi_ms": hi, "resolved": adaptive.resolved(v),
+        m = float(np.median(v))
+        rows.append({**dict(zip(CELL, key, strict=True)), "n": len(v), "median_ms": m,
+                     "lo_ms": lo, "hi_ms": hi, "resolved": adaptive.within(len(v), m, lo, hi),
                      "capped": len(v) >= adaptive.max_reps,
                      "cpu_ms_median": float(g["cpu_ms"].median()) if "cpu_ms" in g else math.nan})
     return pd.DataFrame(rows)
+
+
+def _valid(df: pd.DataFrame) -> pd.DataFrame:
+    """The valid fetches (ok, finite time) with their cell's workload and A/A batch."""
+    ok = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])].copy()
+    ok["workload"] = _workload(ok)
+    ok["batch"] = ok["key"].map(batch_of)
+    return ok
 
 
 def batch_of(key: str) -> str:
@@ -126,16 +135,17 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
     ``adaptive.wanted`` valid repetitions (new repetition indices after the stored ones). With ``aa``, that
     transport's two batches open and close each condition's jobs. Empty when every cell is done."""
     valid = _valid_reps(df)
+    sizes = plan.page_sizes() if plan.pages else {}
     out = []
     for cond in plan.conditions:
         per_cond = []
         batches = [("", tr) for tr in plan.transports]
         if aa is not None:
             batches = [("a", aa)] + batches + [("b", aa)]
+        works = ([(p, sizes[p]) for p in plan.pages_for(cond)] if plan.pages
+                 else [("", s) for s in plan.sizes_for(cond)])
         for batch, tr in batches:
             fetches = []
-            works = ([(p, size) for p, size in plan.page_sizes().items() if p in plan.pages_for(cond)]
-                     if plan.pages else [("", s) for s in plan.sizes_for(cond)])
             for page, size in works:
                 for http in plan.http:
                     cell = (cond.name, tr.tag(), http, page or str(size), batch)
@@ -161,11 +171,8 @@ def _valid_reps(df: pd.DataFrame) -> dict:
     indices."""
     if df.empty:
         return {}
-    ok = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])].copy()
-    ok["workload"] = _workload(ok)
-    ok["batch"] = ok["key"].map(batch_of)
     out: dict = {}
-    for r in ok.itertuples():
+    for r in _valid(df).itertuples():
         cell = (r.condition, f"{r.cc}|iw{r.iw}|rto{r.rto_min_ms}", str(r.http), r.workload, r.batch)
         out.setdefault(cell, []).append(float(r.completion_ms))
         out.setdefault(cell + ("reps",), []).append(int(r.rep))

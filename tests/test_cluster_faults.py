@@ -174,8 +174,13 @@ def test_kill_shard_stop_bus_restart_edge(tmp_path):
 
         asyncio.run(ready())
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # every edge has a bus table for every partition
-            m = _edges_metrics(cluster)
+        m = {}
+        while time.monotonic() < deadline:  # every edge listens and has a bus table for every partition
+            try:
+                m = _edges_metrics(cluster)
+            except OSError:  # an edge's /metrics listener is not up yet
+                time.sleep(0.5)
+                continue
             if all(v.get('tailor_table_source{source="bus"}') == 1 and
                    sum(k.startswith("tailor_table_partition_version") for k in v) == PARTITIONS for v in m.values()):
                 break

@@ -1,6 +1,7 @@
 """tailor testbed campaign: the adaptive-repetition rule, round planning, A/A, and resumption with the real harness."""
 
 import json
+import os
 import subprocess
 
 import numpy as np
@@ -132,3 +133,18 @@ def test_interrupted_campaign_resumes_without_measuring_twice(tmp_path):
     assert sorted(df.groupby("cc")["rep"].apply(sorted).tolist()) == [list(range(6))] * 2
     assert (out / "intervals.parquet").exists() and json.loads((out / "plan.json").read_text())["adaptive"]
     assert not subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.count("tl-")
+
+
+def test_an_interrupt_inside_a_job_stops_the_harness_and_reaches_the_caller():
+    """SIGTERM / SIGINT arrive as KeyboardInterrupt while a job streams: the harness is terminated and the interrupt
+    goes on up, so a campaign stops instead of moving to its next job (it used to be swallowed)."""
+    from tailor.testbed.runner import _stream
+
+    def interrupt(_row):
+        raise KeyboardInterrupt("signal 15")
+
+    run: dict = {}
+    with pytest.raises(KeyboardInterrupt):
+        _stream(["sh", "-c", "echo '{}'; exec sleep 60"], 120.0, interrupt, run)
+    with pytest.raises(ProcessLookupError):
+        os.kill(run["harness_pid"], 0)  # terminated and reaped

@@ -173,3 +173,28 @@ def test_records_of_a_tables_default_group_feed_the_clients_pair(oracle):
     assert key.endswith("|" + sites[0]) and policy._pairs[key].stats.counts[space.default_index] == 3
     table = policy.plan(0.0)  # compiles (table_rules splits every pair key)
     assert set(policy.table_groups()) == {"default", key} and table["default"]
+
+
+def test_headline_figures_of_figs_22_to_24_and_28_on_known_records():
+    """The report's numbers for Figs. 22-24 and 28 on records whose answers are known by construction."""
+    from tailor.eval.figures_configanator import headline_figures
+
+    n = 400
+    site = np.arange(n) % 2  # two websites, 200 page loads each
+    rank = np.arange(n) // 2
+    arm = np.where(rank < 10, "explore", "exploit").astype(object)
+    arm[(rank >= 100) & (np.arange(n) % 8 == 0)] = "epsilon"  # a quarter of site 0's late page loads, none of site 1's
+    config = np.where(rank < 50, 3, 7)  # the exploited configuration changes once, at the 50th page load of each site
+    optimal = np.full(n, 1000.0)
+    mode = np.where(rank < 10, 1200.0, 1000.0)  # exploring page loads are 20% slower than optimal
+    rec = {"site": site, "arm": arm, "time_s": np.arange(n) * 1.0, "group": np.array(["a", "b"] * (n // 2)),
+           "config": config, "mode_ms": mode, "mode_optimal_ms": optimal, "plt_ms": mode * 1.0,
+           "default_ms": np.full(n, 1100.0)}
+    h = headline_figures(rec)
+    assert h["exploring_first_10"] == 1.0
+    assert h["exploring_after_100"] == pytest.approx(0.125)
+    assert h["exploit_after_100"] == pytest.approx(0.875)
+    assert h["tail_p95_gap_median"] == 0.0  # only the first 20 s explore: every later minute is optimal
+    assert h["stable_after_median"] == 40 and h["stable_after_max"] == 40  # exploit decisions 10..49 then 7
+    assert h["degraded"]["exploration"] == pytest.approx(20 / n)  # 1200 vs 1100: 9% slower, exploring
+    assert h["degraded"]["stuck"] == 0.0

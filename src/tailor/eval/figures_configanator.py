@@ -98,12 +98,46 @@ def _fig_stability(results) -> str:
     return png(fig)
 
 
+def headline_figures(rec: dict) -> dict:
+    """The numbers the paper quotes from Figs. 22-24 and 28, for one policy's records: exploring share in the first
+    10 and after 100 page loads of a website, share of exploit decisions beyond 100 (the DT's takeover), median
+    over minutes of the p95 distance to optimal, median and max exploit decisions before a pair's last change,
+    and the degraded share by cause."""
+    rank = _site_rank(rec)
+    explore = np.isin(rec["arm"], list(metrics.EXPLORATION_ARMS))
+    stable = stability(rec)
+    late = rank >= 100
+    return {"exploring_first_10": float(explore[rank < 10].mean()) if (rank < 10).any() else float("nan"),
+            "exploring_after_100": float(explore[late].mean()) if late.any() else float("nan"),
+            "exploit_after_100": float(np.mean(rec["arm"][late] == "exploit")) if late.any() else float("nan"),
+            "tail_p95_gap_median": float(np.median(tail_per_minute(rec))),
+            "stable_after_median": float(np.median(stable)) if len(stable) else float("nan"),
+            "stable_after_max": int(stable.max()) if len(stable) else 0,
+            "degraded": metrics.degradation_breakdown(rec)}
+
+
+def _caption(results) -> str:
+    rows = []
+    for r in results:
+        h = headline_figures(r.records)
+        d = h["degraded"]
+        rows.append(f"<tr><td>{r.policy}</td><td>{100 * h['exploring_first_10']:.1f}% / {100 * h['exploring_after_100']:.1f}%"
+                    f"</td><td>{100 * h['exploit_after_100']:.1f}%</td><td>{100 * h['tail_p95_gap_median']:.1f}%</td>"
+                    f"<td>{h['stable_after_median']:.0f} / {h['stable_after_max']}</td><td>{100 * d['exploration']:.2f}% / "
+                    f"{100 * d['stale_class']:.2f}% / {100 * d['stuck']:.2f}%</td></tr>")
+    return ("<table><tr><th>policy</th><th>exploring: first 10 / after 100 page loads of a website (Fig. 22)</th>"
+            "<th>exploit after 100</th><th>median over minutes of the p95 gap to optimal (Fig. 23)</th>"
+            "<th>exploit decisions before a pair's last change: median / max (Fig. 24)</th>"
+            "<th>degraded &gt;5%: exploration / stale class / stuck (Fig. 28)</th></tr>" + "".join(rows) + "</table>")
+
+
 @report_section
 def configanator_sections(ev) -> list[tuple[str, str]]:
     ours = [r for r in ev.results if r.policy.startswith("configanator")]
     if not ours:
         return []
-    return [("Configanator: arm contribution (Fig. 22)", f"<img src='{_fig_arms(ours)}'>"),
+    return [("Configanator: headline figures of Figs. 22-24 and 28", _caption(ours)),
+            ("Configanator: arm contribution (Fig. 22)", f"<img src='{_fig_arms(ours)}'>"),
             ("Configanator: tail distance to optimal per minute (Fig. 23)", f"<img src='{_fig_tail(ev)}'>"),
             ("Configanator: configuration stability per pair (Fig. 24)", f"<img src='{_fig_stability(ours)}'>")]
 

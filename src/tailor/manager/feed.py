@@ -182,12 +182,16 @@ class Feeder:
         return place or (0, "")
 
     def feed(self, rows, resolver=None) -> FeedReport:
+        """Fold stored telemetry rows: the archive and the guardrails row by row, the policy's outcomes as one
+        batch (``Policy.observe_batch``) at the end."""
         report = FeedReport()
+        outcomes: list[tuple] = []
         for row in rows:
-            self._feed_one(row, resolver, report)
+            self._feed_one(row, resolver, report, outcomes)
+        self.policy.observe_batch(outcomes)
         return report
 
-    def _feed_one(self, row, resolver, report: FeedReport) -> None:
+    def _feed_one(self, row, resolver, report: FeedReport, outcomes: list[tuple]) -> None:
         seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes, asn, region = row
         report.rows += 1
         report.last_seq = max(report.last_seq, seq)
@@ -215,5 +219,5 @@ class Feeder:
         if group is None or group not in self.policy_groups:
             group = self.policy.select(ctx).group
         decision = Decision(index, prob, group, "holdback" if hold else "table")
-        self.policy.observe(ctx, decision, Outcome(done_ms, goodput or 0.0, rtt or 0.0, loss, int(nbytes)))
+        outcomes.append((ctx, decision, Outcome(done_ms, goodput or 0.0, rtt or 0.0, loss, int(nbytes))))
         report.observed += 1

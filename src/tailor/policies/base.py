@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -144,6 +144,17 @@ class Policy(ABC):
 
     def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
         """Learn from one outcome (override)."""
+
+    def observe_batch(self, items: Sequence[tuple[Context, Decision, Outcome]]) -> None:
+        """Learn from many outcomes in arrival order (the manager's ingest): :meth:`observe` of each, unless the
+        learner folds a batch faster (``_observe_batch``; its docstring says how it differs from one by one)."""
+        todo = [item for item in items if item[1].arm not in ("holdback", "guardrail")]
+        if todo:
+            self._observe_batch(todo)
+
+    def _observe_batch(self, items: Sequence[tuple[Context, Decision, Outcome]]) -> None:
+        for ctx, decision, outcome in items:
+            self._observe(ctx, decision, outcome)
 
     # -- slow loop
     def plan(self, now: float, compile: bool = True):

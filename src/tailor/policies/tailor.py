@@ -72,6 +72,12 @@ group's bounds (x2, decaying over ``reopen`` page loads): exploration re-opens f
 ``default`` (the baseline). Tables hold the safe choice of each context cell, with rules per archived prefix x device x
 website.
 
+**Cost.** Page loads are aggregated per context cell between plans (page loads and sum of log times per
+configuration), so a plan costs per touched cell, not per page load: the Gram matrix's knob block is one product of
+the configurations' vectorised factors (:func:`gram`) and the level corrections are applied per website x device
+over the columns they touch. The manager's ingest folds a batch with :meth:`TailorPolicy._observe_batch` (vectorised;
+predictions from before the batch); the simulator's online loop observes page load by page load.
+
 Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenarios, never on seeds 0-4:
 ``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1, 0.2}, ``exploit`` in {safe, greedy}, ``probe`` in
 {cheap, optimistic, local}, ``prior_sd`` in {0.15, 0.2, 0.3}.
@@ -79,8 +85,10 @@ Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenari
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
@@ -89,9 +97,9 @@ from threadpoolctl import threadpool_limits
 from tailor.grouping.classes import DEVICES
 from tailor.policies.base import Context, Decision, Outcome, Policy, register
 
-RTT_EDGES = np.log([15.0, 40.0, 80.0, 160.0, 320.0, 640.0])  # ms
-GOODPUT_EDGES = np.log([0.3, 1.0, 3.0, 10.0, 30.0, 100.0])  # Mbit/s
-LOSS_EDGES = np.array([0.001, 0.005, 0.02, 0.05])
+RTT_EDGES = (15.0, 40.0, 80.0, 160.0, 320.0, 640.0)  # ms
+GOODPUT_EDGES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # Mbit/s
+LOSS_EDGES = (0.001, 0.005, 0.02, 0.05)
 HOUR_BINS = 4
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
 SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - ln 300 KB) / 2, 0 if unknown
@@ -126,28 +134,38 @@ def knob_design(space, reference: int | None = None) -> np.ndarray:
     return np.column_stack(cols) if cols else np.zeros((len(space.configs), 1))
 
 
-def gram(psi: np.ndarray, pint: np.ndarray, e: np.ndarray, cfg: np.ndarray, count: np.ndarray,
+def gram(psi: np.ndarray, pint: np.ndarray, e: np.ndarray, count: np.ndarray,
          total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``Phi^T diag(count) Phi`` and ``Phi^T total`` for rows ``phi = [psi, pint (x) e[cfg]]`` without building Phi:
-    the knob block is a sum over configurations of Kronecker products, ``(P^T W P) (x) e_c e_c^T``, so the cost
-    grows with rows x psi entries^2 and configurations x (knob terms)^2, not rows x (knob terms)^2."""
+    """``Phi^T diag(n) Phi`` and ``Phi^T t`` over every (cell, configuration) row ``phi = [psi, pint (x) e[c]]``
+    without building Phi: ``count`` and ``total`` (cells x configurations) hold each row's page loads and sum of log
+    times. The knob block is a sum over configurations of Kronecker products, ``sum_c (P^T W_c P) (x) e_c e_c^T``,
+    computed as one product of the configurations' vectorised factors (a sum of Kronecker products is a
+    rearranged matrix product), so the cost grows with cells x psi entries^2 per configuration, not with
+    cells x (knob terms)^2."""
     n_psi, n_int, n_e = psi.shape[1], pint.shape[1], e.shape[1]
     dim = n_psi + n_int * n_e
     g = np.zeros((dim, dim))
     h = np.zeros(dim)
-    g[:n_psi, :n_psi] = psi.T @ (psi * count[:, None])
-    h[:n_psi] = psi.T @ total
-    for c in np.unique(cfg):
-        ec = e[c]
-        if not ec.any():  # the reference configuration: no knob terms
-            continue
-        sel = cfg == c
-        pw = pint[sel] * count[sel][:, None]
-        cross = np.kron(psi[sel].T @ pw, ec[None, :])  # n_psi x (n_int n_e)
-        g[:n_psi, n_psi:] += cross
-        g[n_psi:, :n_psi] += cross.T
-        g[n_psi:, n_psi:] += np.kron(pint[sel].T @ pw, np.outer(ec, ec))
-        h[n_psi:] += np.kron(pint[sel].T @ total[sel], ec)
+    g[:n_psi, :n_psi] = psi.T @ (psi * count.sum(axis=1)[:, None])
+    h[:n_psi] = psi.T @ total.sum(axis=1)
+    act = [c for c in np.flatnonzero(count.any(axis=0)) if e[c].any()]  # the reference configuration has no knob terms
+    if not act:
+        return g, h
+    cross = np.empty((len(act), n_psi, n_int))
+    knob = np.empty((len(act), n_int, n_int))
+    for k, c in enumerate(act):
+        sel = np.flatnonzero(count[:, c])
+        pw = pint[sel] * count[sel, c][:, None]
+        cross[k] = psi[sel].T @ pw
+        knob[k] = pint[sel].T @ pw
+    ea = e[act]
+    ee = (ea[:, :, None] * ea[:, None, :]).reshape(len(act), n_e * n_e)
+    g_cross = (cross.reshape(len(act), -1).T @ ea).reshape(n_psi, n_int * n_e)  # sum_c cross_c (x) e_c^T
+    g[:n_psi, n_psi:] = g_cross
+    g[n_psi:, :n_psi] = g_cross.T
+    g[n_psi:, n_psi:] = (knob.reshape(len(act), -1).T @ ee).reshape(n_int, n_int, n_e, n_e) \
+        .transpose(0, 2, 1, 3).reshape(n_int * n_e, n_int * n_e)
+    h[n_psi:] = ((pint.T @ total[:, act]) @ ea).ravel()
     return g, h
 
 
@@ -155,8 +173,9 @@ def _key(ctx: Context) -> tuple:
     return (ctx.session, ctx.load_index, ctx.time_s)
 
 
-def _bin(edges: np.ndarray, value: float) -> int:
-    return int(np.searchsorted(edges, value))
+def _bin(edges: tuple, value: float) -> int:
+    """Index of the bin ``value`` falls in (``np.searchsorted(edges, value)``: the number of edges below it)."""
+    return bisect.bisect_left(edges, value)
 
 
 @register("tailor")
@@ -181,14 +200,19 @@ class TailorPolicy(Policy):
         "cusum_drift": (0.5, _FLOAT(0.0, 10.0), "in [0, 10]"),
         "cusum_h": (12.0, _FLOAT(0.1, 1e3), "in [0.1, 1000]"),
         "reopen": (200, lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
+        "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
+                          "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
 
     # -- features
     def _init_state(self) -> None:
         space = self.space
+        # the websites' entries: those the environment lists (the simulator), else the first website_slots
+        # websites observed (the manager learns them from telemetry); any other website shares the last entry
         self._sites = {s: i for i, s in enumerate(sorted(self.env.websites))}
+        self._site_slots = len(self._sites) if self._sites else self.website_slots
         self._size: dict[str, float] = {}  # website -> standardised log size, from the telemetry's byte counts
-        self._n_psi = 1 + (len(self._sites) + 1) + 1 + (len(DEVICES) + 1) + (len(RTT_EDGES) + 1) + (len(GOODPUT_EDGES) + 2) \
+        self._n_psi = 1 + (self._site_slots + 1) + 1 + (len(DEVICES) + 1) + (len(RTT_EDGES) + 1) + (len(GOODPUT_EDGES) + 2) \
             + (len(LOSS_EDGES) + 2) + HOUR_BINS
         if self.baseline == "default":
             self._base = space.default_index
@@ -207,6 +231,11 @@ class TailorPolicy(Policy):
         keep = ("intercept", "rtt", "goodput", "loss") if self.interact == "network" else tuple(blocks)
         self._int = np.concatenate([np.arange(*blocks[b]) for b in keep])
         self._n_int = len(self._int)
+        # psi's blocks are each one-hot or one scalar: a cell is its active entry per block (a "slot") and value
+        self._block_start = np.array([blocks[b][0] for b in blocks])
+        self._int_slots = np.array([k for k, b in enumerate(blocks) if b in keep])
+        self._int_pos = np.full(self._n_psi, -1)
+        self._int_pos[self._int] = np.arange(self._n_int)
         dim = self._n_psi + self._n_int * self._n_e
         # variance components of the knob terms: (context block, main effect or two-knob interaction); the
         # intercept block (the global effects) keeps its prior, the others are estimated by empirical Bayes (EM)
@@ -230,9 +259,9 @@ class TailorPolicy(Policy):
         self._level: dict[tuple, tuple[np.ndarray, float, float]] = {}
         self._tt = 0.0  # sum over cells of t^2 / n
         self._level_var = 1.0  # variance of cells' levels around the additive level model (_fit_levels)
-        # page loads since the last plan, aggregated: (cell, config) -> [count, sum log y]; a row of the design
-        # depends only on its cell and configuration, so the refit costs per distinct pair, not per page load
-        self._rows: dict[tuple, list[float]] = {}
+        # page loads since the last plan, aggregated: cell -> (count, sum of log y) per configuration; a row of the
+        # design depends only on its cell and configuration, so the refit costs per cell, not per page load
+        self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._mu = np.zeros(dim)
         self._set_cov(np.diag(1.0 / self._prior_prec))
         self._sigma2 = 0.1
@@ -243,7 +272,7 @@ class TailorPolicy(Policy):
         self._slack: dict[str, float] = {}
         self._times: dict[str, tuple[int, float]] = {}  # group -> (page loads, sum of baseline-time estimates)
         self._reserved: dict[tuple, tuple[str, float]] = {}  # pending page load -> (group, reserved cost)
-        self._played: dict[str, dict[tuple, dict[int, float]]] = {}  # group -> cell -> config -> sum of times
+        self._played: dict[str, dict[tuple, np.ndarray]] = {}  # group -> cell -> sum of times per config
         self._cusum: dict[str, list[float]] = {}
         self._stats: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # cell w/o hour -> (n, sum log y) per config
         self._clients: OrderedDict[str, list] = OrderedDict()  # client address -> [page loads, sum of residuals]
@@ -262,11 +291,32 @@ class TailorPolicy(Policy):
     def _cell(self, ctx: Context) -> tuple:
         """The context cell: website, device, RTT bin, goodput bin, loss bin, hour bin (-1 = unknown)."""
         h = ctx.history
-        rtt = _bin(RTT_EDGES, math.log(max(ctx.handshake_rtt_ms, 0.1)))
-        gp = -1 if h is None else _bin(GOODPUT_EDGES, math.log(max(h.goodput_mbps, 1e-3)))
+        rtt = _bin(RTT_EDGES, max(ctx.handshake_rtt_ms, 0.1))
+        gp = -1 if h is None else _bin(GOODPUT_EDGES, max(h.goodput_mbps, 1e-3))
         loss = -1 if h is None else _bin(LOSS_EDGES, h.loss)
         hour = int((ctx.time_s % 86400.0) // (86400.0 / HOUR_BINS))
         return (ctx.website, ctx.client.device, rtt, gp, loss, hour)
+
+    @staticmethod
+    def _cells_of(ctxs: Sequence[Context]) -> tuple[list[tuple], np.ndarray]:
+        """:meth:`_cell` of many contexts at once: the distinct cells and each context's index into them."""
+        m = len(ctxs)
+        hist = [c.history for c in ctxs]
+        known = np.fromiter((h is not None for h in hist), bool, m)
+        rtt = np.searchsorted(RTT_EDGES, np.maximum(np.fromiter((c.handshake_rtt_ms for c in ctxs), float, m), 0.1))
+        gp = np.where(known, np.searchsorted(GOODPUT_EDGES, np.maximum(np.fromiter(
+            (1.0 if h is None else h.goodput_mbps for h in hist), float, m), 1e-3)), -1)
+        loss = np.where(known, np.searchsorted(LOSS_EDGES, np.fromiter(
+            (0.0 if h is None else h.loss for h in hist), float, m)), -1)
+        hour = (np.fromiter((c.time_s for c in ctxs), float, m) % 86400.0 // (86400.0 / HOUR_BINS)).astype(np.int64)
+        names: dict[tuple, int] = {}
+        name = np.fromiter((names.setdefault((c.website, c.client.device), len(names)) for c in ctxs), np.int64, m)
+        code = (((name * (len(RTT_EDGES) + 1) + rtt) * (len(GOODPUT_EDGES) + 2) + gp + 1)
+                * (len(LOSS_EDGES) + 2) + loss + 1) * HOUR_BINS + hour
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        cells = [(ctxs[i].website, ctxs[i].client.device, int(rtt[i]), int(gp[i]), int(loss[i]), int(hour[i]))
+                 for i in first.tolist()]
+        return cells, inverse.ravel()
 
     @staticmethod
     def _group(cell: tuple) -> str:
@@ -275,7 +325,7 @@ class TailorPolicy(Policy):
 
     def _blocks(self) -> dict[str, tuple[int, int]]:
         """The one-hot blocks of psi: name -> [start, end)."""
-        sizes = {"intercept": 1, "website": len(self._sites) + 1, "size": 1, "device": len(DEVICES) + 1, "rtt": len(RTT_EDGES) + 1,
+        sizes = {"intercept": 1, "website": self._site_slots + 1, "size": 1, "device": len(DEVICES) + 1, "rtt": len(RTT_EDGES) + 1,
                  "goodput": len(GOODPUT_EDGES) + 2, "loss": len(LOSS_EDGES) + 2, "hour": HOUR_BINS}
         out, start = {}, 0
         for name, size in sizes.items():
@@ -283,25 +333,32 @@ class TailorPolicy(Policy):
             start += size
         return out
 
+    def _slots(self, cells: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """psi of each cell as its active entry per block (cells x blocks) and that entry's value: 1, or the
+        website's size for the size block (unknown values have their own entry)."""
+        site, device, rtt, gp, loss, hour = (np.array(v, dtype=object) for v in zip(*cells))
+        idx = np.empty((len(cells), len(self._block_start)), dtype=np.int64)
+        val = np.ones(idx.shape)
+        idx[:, 0] = 0
+        idx[:, 1] = [self._sites.get(s, self._site_slots) for s in site]
+        idx[:, 2] = 0
+        val[:, 2] = [self._size.get(s, 0.0) for s in site]
+        idx[:, 3] = [DEVICES.index(d) if d in DEVICES else len(DEVICES) for d in device]
+        idx[:, 4] = rtt.astype(np.int64)
+        idx[:, 5] = np.where(gp.astype(np.int64) >= 0, gp.astype(np.int64), len(GOODPUT_EDGES) + 1)
+        idx[:, 6] = np.where(loss.astype(np.int64) >= 0, loss.astype(np.int64), len(LOSS_EDGES) + 1)
+        idx[:, 7] = hour.astype(np.int64)
+        return idx + self._block_start, val
+
+    def _psi_rows(self, cells: Sequence[tuple]) -> np.ndarray:
+        """psi of each cell (cells x psi entries)."""
+        idx, val = self._slots(cells)
+        out = np.zeros((len(cells), self._n_psi))
+        out[np.arange(len(cells))[:, None], idx] = val
+        return out
+
     def _psi(self, cell: tuple) -> np.ndarray:
-        site, device, rtt, gp, loss, hour = cell
-        v = np.zeros(self._n_psi)
-        v[0] = 1.0
-        o = 1
-        v[o + self._sites.get(site, len(self._sites))] = 1.0
-        o += len(self._sites) + 1
-        v[o] = self._size.get(site, 0.0)
-        o += 1
-        v[o + (DEVICES.index(device) if device in DEVICES else len(DEVICES))] = 1.0
-        o += len(DEVICES) + 1
-        v[o + rtt] = 1.0
-        o += len(RTT_EDGES) + 1
-        v[o + (gp if gp >= 0 else len(GOODPUT_EDGES) + 1)] = 1.0
-        o += len(GOODPUT_EDGES) + 2
-        v[o + (loss if loss >= 0 else len(LOSS_EDGES) + 1)] = 1.0
-        o += len(LOSS_EDGES) + 2
-        v[o + hour] = 1.0
-        return v
+        return self._psi_rows([cell])[0]
 
     def _set_cov(self, cov: np.ndarray) -> None:
         """Keep the knob-term block of the posterior covariance as (psi, psi, e, e) blocks."""
@@ -312,50 +369,76 @@ class TailorPolicy(Policy):
         t = self._cov_blocks @ self._d.T  # (a, b, i, c)
         self._Q = np.einsum("ci,abic->abc", self._d, t, optimize=True)
 
-    # -- predictions per cell (cached until the next plan)
-    def _predict(self, cell: tuple) -> tuple:
-        hit = self._cells.get(cell)
-        if hit is not None:
-            return hit
-        psi = self._psi(cell)
+    # -- predictions per cell
+    def _predict_many(self, cells: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The shared model's prediction for each cell: psi (cells x psi entries), the mean and sd of every
+        configuration's effect (cells x configurations) and the log baseline level. psi has one active entry per
+        block, so a cell's effect variance is a sum over pairs of its knob-modulating slots,
+        ``sum_ab p_a p_b d_c^T C_ab d_c``."""
         n_psi, n_e = self._n_psi, self._n_e
+        idx, val = self._slots(cells)
+        psi = np.zeros((len(cells), n_psi))
+        psi[np.arange(len(cells))[:, None], idx] = val
+        pidx = self._int_pos[idx[:, self._int_slots]]
+        pval = val[:, self._int_slots]
         w_int = self._mu[n_psi:].reshape(self._n_int, n_e)
-        pint = psi[self._int]
-        mean = self._d @ (pint @ w_int)  # configs
-        on = np.flatnonzero(pint)  # psi is sparse (one-hot blocks and the size): var = sum_ab p_a p_b d^T C_ab d
-        p = pint[on]
-        var = np.einsum("a,b,abc->c", p, p, self._Q[np.ix_(on, on)])
-        level = float(psi @ self._mu[:n_psi] + (pint @ w_int) @ self._e[self._base])
-        out = (psi, mean, np.sqrt(np.maximum(var, 0.0)), level)
-        self._cells[cell] = out
-        return out
+        u = np.einsum("ms,mse->me", pval, w_int[pidx])  # pint @ w_int per cell
+        mean = u @ self._d.T
+        var = np.empty_like(mean)
+        for lo in range(0, len(cells), 2048):  # the gathered covariance blocks: 2048 x slots^2 x configurations
+            p, q = pval[lo:lo + 2048], pidx[lo:lo + 2048]
+            var[lo:lo + 2048] = np.einsum("ms,mt,mstc->mc", p, p, self._Q[q[:, :, None], q[:, None, :]], optimize=True)
+        level = psi @ self._mu[:n_psi] + u @ self._e[self._base]
+        return psi, mean, np.sqrt(np.maximum(var, 0.0)), level
+
+    def _predict(self, cell: tuple) -> tuple:
+        """:meth:`_predict_many` of one cell, cached until the next plan."""
+        hit = self._cells.get(cell)
+        if hit is None:
+            psi, mean, sd, level = self._predict_many([cell])
+            hit = self._cells[cell] = (psi[0], mean[0], sd[0], float(level[0]))
+        return hit
 
     def _effects(self, cell: tuple, group: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """Posterior mean and sd of delta(x, c) for every configuration in ``cell``, the cell's log
-        baseline level and that level's posterior variance: the shared model is the prior of the cell's own page loads (normal-normal, prior
-        variance = the model's parameter variance + its misfit tau^2), so a cell with no data is the shared
-        model and a cell with many page loads is its own data."""
-        psi, mean, sd, level = self._predict(cell)
-        s2 = self._noise(group)
+        """:meth:`_posterior` of one cell (its shared prediction cached)."""
+        _, mean, sd, level = self._predict(cell)
+        delta, sd, base, base_var = self._posterior([cell], [group], mean[None], sd[None], np.array([level]))
+        return delta[0], sd[0], float(base[0]), float(base_var[0])
+
+    def _effects_many(self, cells: Sequence[tuple], groups: Sequence[str]) -> tuple:
+        """:meth:`_posterior` of many cells (cells x configurations, and per cell)."""
+        _, mean, sd, level = self._predict_many(cells)
+        return self._posterior(cells, groups, mean, sd, level)
+
+    def _posterior(self, cells: Sequence[tuple], groups: Sequence[str], mean: np.ndarray, sd: np.ndarray,
+                   level: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Posterior mean and sd of delta(x, c) for every configuration in each cell, the cell's log baseline level
+        and that level's posterior variance: the shared model is the prior of the cell's own page loads
+        (normal-normal, prior variance = the model's parameter variance + its misfit tau^2), so a cell with no
+        data is the shared model and a cell with many page loads is its own data."""
+        n = np.zeros(mean.shape)
+        total = np.zeros(mean.shape)
+        for i, cell in enumerate(cells):
+            hit = self._stats.get(cell[:5])
+            if hit is not None:
+                n[i], total[i] = hit
+        noise: dict[str, float] = {}
+        s2 = np.array([noise[g] if g in noise else noise.setdefault(g, self._noise(g)) for g in groups])[:, None]
         default = self._base
-        v0 = sd ** 2 + self._tau2
-        v0[default] = 0.0
-        n, total = self._stats.get(cell[:5], (None, None))
-        if n is None:
-            delta, var, base, base_var = mean, v0, level, self._level_var
-        else:
-            # the cell's own level (random effect around the shared level), then its configurations' effects
-            lv = self._level_var
-            base_var = 1.0 / (1.0 / lv + n.sum() / s2)
-            base = base_var * (level / lv + float(np.sum(total - n * mean)) / s2)
-            var = 1.0 / (1.0 / np.maximum(v0, 1e-12) + n / s2)
-            delta = var * (mean / np.maximum(v0, 1e-12) + (total - n * base) / s2)
-            delta[default], var[default] = 0.0, 0.0
-        widen = 1.0
-        since = self._since_alarm.get(group)
-        if since is not None and since < self.reopen:
-            widen = 2.0 - since / self.reopen
-        return delta, np.sqrt(var) * widen * self._kappa, float(base), float(base_var)
+        v0 = np.maximum(sd ** 2 + self._tau2, 1e-12)
+        # the cell's own level (random effect around the shared level), then its configurations' effects
+        lv = self._level_var
+        base_var = 1.0 / (1.0 / lv + n.sum(axis=1, keepdims=True) / s2)
+        base = base_var * (level[:, None] / lv + np.sum(total - n * mean, axis=1, keepdims=True) / s2)
+        var = 1.0 / (1.0 / v0 + n / s2)
+        delta = var * (mean / v0 + (total - n * base) / s2)
+        delta[:, default], var[:, default] = 0.0, 0.0
+        widen = np.ones((len(groups), 1))
+        for i, g in enumerate(groups):
+            since = self._since_alarm.get(g)
+            if since is not None and since < self.reopen:
+                widen[i] = 2.0 - since / self.reopen
+        return delta, np.sqrt(var) * widen * self._kappa, base[:, 0], base_var[:, 0]
 
     def _noise(self, group: str) -> float:
         """The group's noise variance of log time: its pooled within-(cell, configuration) variance, shrunk to
@@ -460,8 +543,10 @@ class TailorPolicy(Policy):
         # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
         self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
             + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
-        played = self._played.setdefault(group, {}).setdefault(cell, {})
-        played[c] = played.get(c, 0.0) + y
+        played = self._played.setdefault(group, {})
+        if cell not in played:
+            played[cell] = np.zeros(len(self.space))
+        played[cell][c] += y
         n_g, sum_g = self._times.get(group, (0, 0.0))
         self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         raw = math.log(y)
@@ -470,18 +555,19 @@ class TailorPolicy(Policy):
         n_cell = self._stats.get(cell[:5], (np.zeros(1), None))[0].sum()
         if self._n and n_cell >= 10:  # a residual means something once the model is fitted and the cell's level known
             self._client_update(ctx, raw - level - float(mean[c]))
-        if cell[0] not in self._size and outcome.bytes > 0:  # the website's size, fixed at its first page load
-            self._size[cell[0]] = (math.log(outcome.bytes) - SIZE_CENTER) / SIZE_SCALE
-        agg = self._rows.setdefault((cell, c), [0, 0.0])
-        agg[0] += 1
-        agg[1] += logy
+        self._learn_website(cell[0], outcome.bytes)
+        if cell not in self._rows:
+            self._rows[cell] = (np.zeros(len(self.space)), np.zeros(len(self.space)))
+        agg = self._rows[cell]
+        agg[0][c] += 1
+        agg[1][c] += logy
         self._yy += logy * logy
         # the change test: standardised error of the prediction made before this page load was known
         # the change test starts once the model is fitted and the cell's level is its own data's
         s2 = self._noise(group)
         z = (logy - level - float(mean[c])) / math.sqrt(s2 + level_var + float(sd[c]) ** 2) \
             if self._n and n_cell >= 10 else 0.0
-        if c != self._base:
+        if c != self._base and self._n and n_cell >= 10:  # the fitted model's errors, once the cell's level is known
             # squared error of the effect, the noise and the level's uncertainty removed
             v_eff = float(sd[c] / self._kappa) ** 2
             e2 = (logy - level - float(mean[c])) ** 2 - s2 - level_var - v_eff
@@ -507,48 +593,137 @@ class TailorPolicy(Policy):
         n[c] += 1
         total[c] += logy
 
+    def _learn_website(self, site: str, nbytes: int) -> None:
+        """A website's own model entry (while entries are free) and its size, fixed at its first page load."""
+        if site not in self._sites and len(self._sites) < self._site_slots:
+            self._sites[site] = len(self._sites)
+        if site not in self._size and nbytes > 0:
+            self._size[site] = (math.log(nbytes) - SIZE_CENTER) / SIZE_SCALE
+
+    def _observe_batch(self, items: Sequence[tuple[Context, Decision, Outcome]]) -> None:
+        """Fold many outcomes at once (the manager's ingest): what :meth:`_observe` does per page load, in order,
+        except that every prediction it uses (the budget's bounds, the change test's errors, the clients'
+        residuals) is the state's from before the batch -- the edges decided the whole batch with one table --
+        and a client's covariance term uses its mean residual from before the batch. Sums (slack, the shared
+        model's rows, the cells' statistics and the within-cell sum of squares, combined by Chan et al.'s
+        formula) are those of the sequential updates; the change test runs page load by page load."""
+        m, n_cfg = len(items), len(self.space)
+        ctxs = [it[0] for it in items]
+        cells, inv = self._cells_of(ctxs)
+        cfg = np.fromiter((it[1].config for it in items), np.int64, m)
+        y = np.maximum(np.fromiter((it[2].completion_ms for it in items), float, m), 1e-3)
+        groups = [self._group(cell) for cell in cells]
+        names = sorted(set(groups))
+        number = {g: j for j, g in enumerate(names)}
+        gidx = np.array([number[g] for g in groups])[inv]
+        mean, sd, level, level_var = self._effects_many(cells, groups)
+        mean, sd, level, level_var = mean[inv, cfg], sd[inv, cfg], level[inv], level_var[inv]
+        base = cfg == self._base
+        ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
+        # budget: the realised terms replace the reservations; the groups' baseline-time estimates
+        term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
+        if self._reserved:
+            term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)
+        slack = np.bincount(gidx, term, len(names))
+        count = np.bincount(gidx, minlength=len(names))
+        low = np.bincount(gidx, y * np.exp(-ucb), len(names))
+        for j, g in enumerate(names):
+            self._slack[g] = self._slack.get(g, 0.0) + float(slack[j])
+            n_g, sum_g = self._times.get(g, (0, 0.0))
+            self._times[g] = (n_g + int(count[j]), sum_g + float(low[j]))
+        pair = inv * n_cfg + cfg
+        played = np.bincount(pair, y, len(cells) * n_cfg).reshape(len(cells), n_cfg)
+        for u, (cell, g) in enumerate(zip(cells, groups)):
+            mine = self._played.setdefault(g, {})
+            if cell in mine:
+                mine[cell] += played[u]
+            else:
+                mine[cell] = played[u].copy()
+        # clients' offsets (from before the batch) and their residuals, page load by page load
+        raw = np.log(y)
+        ids = [ctx.client.client_id for ctx in ctxs]
+        logy = raw.copy()
+        if self._client_var > 0.0:
+            shrink = self._sigma2 / self._client_var
+            logy -= np.fromiter((h[1] / (h[0] + shrink) if (h := self._clients.get(i)) is not None else 0.0
+                                 for i in ids), float, m)
+        n_cell = np.array([float(self._stats[cell[:5]][0].sum()) if cell[:5] in self._stats else 0.0
+                           for cell in cells])[inv]
+        live = (n_cell >= 10) & (self._n > 0)  # the model is fitted and the cell's level known
+        resid = raw - level - mean
+        for k in np.flatnonzero(live).tolist():
+            self._client_update(ctxs[k], float(resid[k]))
+        # the change test's standardised errors and the calibration's squared errors (non-baseline)
+        s2 = np.array([self._noise(g) for g in names])[gidx]
+        err = logy - level - mean
+        z = np.where(live, err / np.sqrt(s2 + level_var + sd ** 2), 0.0)
+        off = ~base & live  # the fitted model's errors, once the cell's level is known
+        v_eff = (sd[off] / self._kappa) ** 2
+        e2 = err[off] ** 2 - s2[off] - level_var[off] - v_eff
+        self._z2 = [self._z2[0] + float(e2.sum()), self._z2[1] + float(e2 @ e2), self._z2[2] + float(v_eff.sum()),
+                    self._z2[3] + float(off.sum())]
+        keep = np.ones(m, dtype=bool)
+        cusums = [self._cusum.setdefault(g, [0.0, 0.0]) for g in names]
+        last: dict[int, int] = {}  # group -> position of its last alarm in the batch
+        drift, h = self.cusum_drift, self.cusum_h
+        for k, (j, zk) in enumerate(zip(gidx.tolist(), z.tolist())):
+            cu = cusums[j]
+            cu[0] = max(0.0, cu[0] + zk - drift)
+            cu[1] = max(0.0, cu[1] - zk - drift)
+            if cu[0] > h or cu[1] > h:
+                self._alarms.append((ctxs[k].time_s, names[j]))
+                cu[0] = cu[1] = 0.0
+                last[j] = k
+        position = np.arange(m)
+        for j, g in enumerate(names):
+            if j in last:  # forget the group's own data: its cells start again from the shared model
+                for key in [key for key in self._stats if self._group(key) == g]:
+                    del self._stats[key]
+                keep[(gidx == j) & (position < last[j])] = False
+                self._since_alarm[g] = int(np.sum((gidx == j) & (position > last[j])))
+            elif g in self._since_alarm:
+                self._since_alarm[g] += int(count[j])
+        # the cells' own statistics and the groups' within-(cell, configuration) sums of squares
+        levels: dict[tuple, int] = {}
+        lidx = np.array([levels.setdefault(cell[:5], len(levels)) for cell in cells])[inv]
+        key = (lidx * n_cfg + cfg)[keep]
+        size = len(levels) * n_cfg
+        nb = np.bincount(key, minlength=size).reshape(len(levels), n_cfg).astype(float)
+        sb = np.bincount(key, logy[keep], size).reshape(len(levels), n_cfg)
+        qb = np.bincount(key, logy[keep] ** 2, size).reshape(len(levels), n_cfg)
+        for lc, i in levels.items():
+            if not nb[i].any():
+                continue
+            n, total = self._stats.setdefault(lc, (np.zeros(n_cfg), np.zeros(n_cfg)))
+            on = nb[i] > 0
+            mb, mean_b = nb[i][on], sb[i][on] / nb[i][on]
+            n0 = n[on]
+            within = np.maximum(qb[i][on] - sb[i][on] * mean_b, 0.0)  # the batch's own sum of squares
+            between = np.where(n0 > 0, n0 * mb / (n0 + mb) * (mean_b - total[on] / np.maximum(n0, 1.0)) ** 2, 0.0)
+            g = self._group(lc)
+            ss, dof = self._gss.get(g, (0.0, 0))
+            self._gss[g] = (ss + float(within.sum() + between.sum()), dof + int(mb.sum() - np.sum(n0 == 0)))
+            n += nb[i]
+            total += sb[i]
+        # the shared model's rows since the last plan
+        rows_n = np.bincount(pair, minlength=len(cells) * n_cfg).reshape(len(cells), n_cfg).astype(float)
+        rows_t = np.bincount(pair, logy, len(cells) * n_cfg).reshape(len(cells), n_cfg)
+        for u, cell in enumerate(cells):
+            if cell in self._rows:
+                self._rows[cell][0][:] += rows_n[u]
+                self._rows[cell][1][:] += rows_t[u]
+            else:
+                self._rows[cell] = (rows_n[u].copy(), rows_t[u].copy())
+        self._yy += float(logy @ logy)
+        if any(cell[0] not in self._size or cell[0] not in self._sites for cell in cells):
+            for ctx, _, out in items:
+                self._learn_website(ctx.website, out.bytes)
+
     # -- slow loop: refit the shared model
     def _plan(self, now: float) -> None:
         self._now = now
         if self._rows:
-            keys = list(self._rows)
-            psi = np.array([self._psi(cell) for cell, _ in keys])
-            cfg = np.array([c for _, c in keys])
-            e = self._e[cfg]
-            count = np.array([self._rows[k][0] for k in keys], dtype=float)
-            total = np.array([self._rows[k][1] for k in keys])
-            pint = psi[:, self._int]
-            g_inc, h_inc = gram(psi, pint, self._e, cfg, count, total)
-            self._G += g_inc
-            self._h += h_inc
-            self._n += int(count.sum())
-            self._rows.clear()
-            # replace the touched cells' rank-one level corrections
-            touched: dict[tuple, list] = {}
-            for i, (cell, _) in enumerate(keys):
-                touched.setdefault(cell[:5], []).append(i)
-            old_s, old_w, new_s, new_w = [], [], [], []
-            for lc, rows in touched.items():
-                prev = self._level.get(lc)
-                w = count[rows]
-                s_vec = np.concatenate([psi[rows].T @ w, ((pint[rows] * w[:, None]).T @ e[rows]).ravel()])
-                n_c, t_c = float(count[rows].sum()), float(total[rows].sum())
-                if prev is not None:
-                    old_s.append(prev[0])
-                    old_w.append(1.0 / prev[1])
-                    self._h += prev[0] * (prev[2] / prev[1])
-                    self._tt -= prev[2] ** 2 / prev[1]
-                    s_vec, n_c, t_c = s_vec + prev[0], n_c + prev[1], t_c + prev[2]
-                self._level[lc] = (s_vec, n_c, t_c)
-                new_s.append(s_vec)
-                new_w.append(1.0 / n_c)
-                self._h -= s_vec * (t_c / n_c)
-                self._tt += t_c ** 2 / n_c
-            if old_s:
-                S = np.array(old_s)
-                self._G += S.T @ (S * np.array(old_w)[:, None])
-            S = np.array(new_s)
-            self._G -= S.T @ (S * np.array(new_w)[:, None])
+            self._fold_rows()
         if self._n:
             with threadpool_limits(1):  # small dense algebra: threads cost more than they bring on a busy machine
                 self._refit()
@@ -566,6 +741,62 @@ class TailorPolicy(Policy):
             self._client_var = float(np.clip(self._cov_c[0] / self._cov_c[1], 0.0, 4.0))
         self._reprice()
 
+    def _fold_rows(self) -> None:
+        """Add the page loads since the last plan to the shared model's sufficient statistics: their rows' Gram
+        matrix (:func:`gram`) and, per touched level cell, the rank-one correction ``-s s^T / n`` that absorbs
+        its level (s = the sum of the cell's rows' phi), replacing the cell's previous one. Level cells are taken
+        by website and device: a row of s is non-zero only on the psi entries its cells share and the hour
+        entries, so each group's corrections are one product over the columns it touches."""
+        cells = list(self._rows)
+        count = np.array([self._rows[cell][0] for cell in cells])
+        total = np.array([self._rows[cell][1] for cell in cells])
+        self._rows.clear()
+        psi = self._psi_rows(cells)
+        pint = psi[:, self._int]
+        g_inc, h_inc = gram(psi, pint, self._e, count, total)
+        self._G += g_inc
+        self._h += h_inc
+        self._n += int(count.sum())
+        levels = sorted({cell[:5] for cell in cells})
+        number = {lc: i for i, lc in enumerate(levels)}
+        lidx = np.array([number[cell[:5]] for cell in cells])
+        order = np.argsort(lidx, kind="stable")
+        bounds = np.searchsorted(lidx[order], np.arange(len(levels) + 1))  # level i: cells order[bounds[i]:bounds[i+1]]
+        n_row, t_row, a_row = count.sum(axis=1), total.sum(axis=1), count @ self._e
+        runs = [i for i in range(len(levels)) if i == 0 or levels[i][:2] != levels[i - 1][:2]] + [len(levels)]
+        for lo, hi in zip(runs[:-1], runs[1:]):
+            rows = order[bounds[lo]:bounds[hi]]
+            starts = bounds[lo:hi] - bounds[lo]
+            knob = (pint[rows][:, :, None] * a_row[rows][:, None, :]).reshape(len(rows), -1)
+            s_new = np.concatenate([np.add.reduceat(psi[rows] * n_row[rows, None], starts),
+                                    np.add.reduceat(knob, starts)], axis=1)
+            self._absorb(levels[lo:hi], s_new, np.add.reduceat(n_row[rows], starts),
+                         np.add.reduceat(t_row[rows], starts))
+
+    def _absorb(self, levels: list[tuple], s_new: np.ndarray, n_new: np.ndarray, t_new: np.ndarray) -> None:
+        """Replace these level cells' corrections by those of their sums with the new rows'."""
+        prev = [self._level.get(lc) for lc in levels]
+        had = [i for i, p in enumerate(prev) if p is not None]
+        s_tot, n_tot, t_tot = s_new.copy(), n_new.astype(float), t_new.astype(float)
+        x, w = s_tot, -1.0 / n_tot
+        if had:
+            s_old = np.array([prev[i][0] for i in had])
+            n_old = np.array([prev[i][1] for i in had])
+            t_old = np.array([prev[i][2] for i in had])
+            s_tot[had] += s_old
+            n_tot[had] += n_old
+            t_tot[had] += t_old
+            self._h += s_old.T @ (t_old / n_old)
+            self._tt -= float(np.sum(t_old ** 2 / n_old))
+            x, w = np.vstack([s_old, s_tot]), np.concatenate([1.0 / n_old, -1.0 / n_tot])
+        self._h -= s_tot.T @ (t_tot / n_tot)
+        self._tt += float(np.sum(t_tot ** 2 / n_tot))
+        cols = np.flatnonzero(np.any(x != 0.0, axis=0))
+        xs = x[:, cols]
+        self._G[np.ix_(cols, cols)] += xs.T @ (xs * w[:, None])
+        for i, lc in enumerate(levels):
+            self._level[lc] = (s_tot[i].copy(), float(n_tot[i]), float(t_tot[i]))
+
     def _reprice(self) -> None:
         """Recompute every group's slack with today's bounds (Wu et al.: the played arms' lower confidence
         bounds at the current round): a configuration learned to be faster pays back what its exploration
@@ -573,14 +804,18 @@ class TailorPolicy(Policy):
         pending: dict[str, float] = {}
         for group, cost in self._reserved.values():
             pending[group] = pending.get(group, 0.0) + cost
-        default = self._base
-        for group, cells in self._played.items():
-            total = 0.0
-            for cell, played in cells.items():
-                mean, sd, _, _ = self._effects(cell, group)
-                for c, y in played.items():
-                    ucb = 0.0 if c == default else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
-                    total += y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
+        pairs = [(group, cell, times) for group, cells in self._played.items() for cell, times in cells.items()]
+        if not pairs:
+            return
+        groups, cells, times = zip(*pairs)
+        delta, sd, _, _ = self._effects_many(cells, groups)
+        ucb = np.maximum(delta + self.budget_z * sd, 0.0)
+        ucb[:, self._base] = 0.0
+        terms = np.sum(np.array(times) * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
+        slack = dict.fromkeys(self._played, 0.0)
+        for group, term in zip(groups, terms.tolist()):
+            slack[group] += term
+        for group, total in slack.items():
             self._slack[group] = total - pending.get(group, 0.0)
 
     def _refit(self) -> None:
@@ -612,13 +847,12 @@ class TailorPolicy(Policy):
             return
         hour0 = self._blocks()["hour"][0]
         keys = list(self._level)
-        psi = np.array([self._psi(lc + (0,)) for lc in keys])[:, :hour0]
-        s = np.array([self._level[k][0] for k in keys])
+        psi = self._psi_rows([lc + (0,) for lc in keys])[:, :hour0]
         n = np.array([self._level[k][1] for k in keys])
-        t = np.array([self._level[k][2] for k in keys])
         mu = self._mu.copy()
         mu[:hour0] = 0.0
-        r = (t - s @ mu) / n  # each cell's mean log time net of the fitted hour and knob terms
+        # each cell's mean log time net of the fitted hour and knob terms
+        r = np.fromiter(((t - s @ mu) / n_c for s, n_c, t in self._level.values()), float, len(keys))
         v = self._level_var
         for _ in range(3):
             w = 1.0 / (self._sigma2 / n + v)
@@ -633,19 +867,20 @@ class TailorPolicy(Policy):
         """tau^2: how far cells' own configuration effects stray from the shared model's beyond noise and
         parameter variance, from every (cell, configuration) with at least 5 page loads, the cell's level
         taken out (method of moments)."""
-        terms = []
-        for key, (n, total) in self._stats.items():
-            ok = n >= 5
-            ok[self._base] = False
-            if not ok.any() or n.sum() < 10:
-                continue
-            psi, mean, sd, level = self._predict(key + (0,))
-            base = float(np.sum(total - n * mean)) / n.sum()  # the cell's own level given the shared effects
-            err = total[ok] / n[ok] - base - mean[ok]
-            terms.append(err ** 2 - self._sigma2 / n[ok] - sd[ok] ** 2)
-        if not terms:
+        keys = [key for key, (n, _) in self._stats.items() if n.sum() >= 10]
+        n = np.array([self._stats[key][0] for key in keys]).reshape(len(keys), len(self.space))
+        total = np.array([self._stats[key][1] for key in keys]).reshape(n.shape)
+        ok = n >= 5
+        ok[:, self._base] = False
+        rows = ok.any(axis=1)
+        if not rows.any():
             return self._tau2
-        return float(np.clip(np.mean(np.concatenate(terms)), 0.002, 0.5))
+        n, total, ok = n[rows], total[rows], ok[rows]
+        _, mean, sd, _ = self._predict_many([key + (0,) for key, r in zip(keys, rows) if r])
+        base = np.sum(total - n * mean, axis=1) / n.sum(axis=1)  # each cell's own level given the shared effects
+        nn = np.maximum(n, 1.0)
+        terms = ((total / nn - base[:, None] - mean) ** 2 - self._sigma2 / nn - sd ** 2)[ok]
+        return float(np.clip(np.mean(terms), 0.002, 0.5))
 
     @property
     def alarms(self) -> list[tuple[float, str]]:
@@ -673,8 +908,8 @@ class TailorPolicy(Policy):
         hour = int((self._now % 86400.0) // (86400.0 / HOUR_BINS))
         sites = sorted(self._sites)
         for prefix, h in archive.items(0.0):
-            rtt = _bin(RTT_EDGES, math.log(max(h.rtt_ms, 0.1)))
-            gp = _bin(GOODPUT_EDGES, math.log(max(h.goodput_mbps, 1e-3)))
+            rtt = _bin(RTT_EDGES, max(h.rtt_ms, 0.1))
+            gp = _bin(GOODPUT_EDGES, max(h.goodput_mbps, 1e-3))
             loss = _bin(LOSS_EDGES, h.loss)
             for device in DEVICES:
                 for site in sites:

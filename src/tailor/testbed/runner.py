@@ -113,17 +113,25 @@ def _stream(cmd: list[str], timeout_s: float, on_line: Callable[[dict], None], r
                 if time.monotonic() > deadline:
                     break
             rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()) + 30)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            proc.terminate()  # tailor-link cleans namespaces up on SIGTERM
-            try:
-                rc = proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                raise TestbedError(f"tailor-link (pid {proc.pid}) did not stop; run `tailor-link sweep`") from None
+        except subprocess.TimeoutExpired:
+            rc = _terminate(proc)
+        except BaseException:  # an interrupt (SIGTERM, SIGINT) or the caller's error: stop the harness, then go on up
+            _terminate(proc)
+            raise
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(proc)
         err.seek(0)
         return rc, err.read()
+
+
+def _terminate(proc: subprocess.Popen) -> int:
+    """SIGTERM the harness (tailor-link tears its namespaces down) and wait for it; its exit status."""
+    proc.terminate()
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        raise TestbedError(f"tailor-link (pid {proc.pid}) did not stop; run `tailor-link sweep`") from None
 
 
 def page_spec(todo: list[Fetch], pages: dict, max_time: float) -> dict:

@@ -22,7 +22,7 @@ metadata; ``--json FILE`` also writes the figures as one JSON object.
    and 1K groups <= 10 s.
 
    The refit materialises one row (page loads and sum of log times per configuration) per context cell touched
-   since the last plan and one rank-one level correction per touched level cell; a throwaway calibration policy (``--calibrate`` rows) measures that transient memory per record
+   since the last plan and one rank-one level correction per touched level cell; a throwaway calibration policy (``--calibrate`` rows) measures that transient memory per context cell
    (tracemalloc). If one plan over all
    records would exceed ``--mem-budget-gb`` (default: half of MemAvailable), the records are fed in chunks
    with a plan after each, as UpdateFreq would do: the table says how many plans the refit took. If feeding
@@ -233,6 +233,7 @@ def calibrate(data: Synthetic, space: ConfigSpace, archive: PrefixArchive, rows:
     del one
     policy = fresh_policy(data, space, archive)
     cpu = feed(policy, data, 0, rows)
+    cells = len(policy._rows)  # the plan's transient memory grows with the context cells touched, not the records
     tracemalloc.start()
     with Timer() as t:
         policy.plan(data.now(rows), compile=False)
@@ -241,7 +242,7 @@ def calibrate(data: Synthetic, space: ConfigSpace, archive: PrefixArchive, rows:
     del policy
     gc.collect()
     return {"rows": rows, "observe_per_s": rows / cpu, "observe_one_per_s": rows / one_cpu,
-            "plan_bytes_per_row": peak / rows, "plan_wall_s": t.wall}
+            "plan_bytes_per_cell": peak / cells, "cells": cells, "plan_wall_s": t.wall}
 
 
 def model_update(n: int, groups: int, calib_rows: int, mem_budget_gb: float, max_feed_s: float,
@@ -253,7 +254,10 @@ def model_update(n: int, groups: int, calib_rows: int, mem_budget_gb: float, max
     cal = calibrate(data, space, archive, min(calib_rows, n))
     projected = n / cal["observe_per_s"]
     fed = n if projected <= max_feed_s else min(n, fallback_rows)
-    per_plan = max(int(mem_budget_gb * 2**30 / cal["plan_bytes_per_row"]), CHUNK)
+    # context cells the records touch, at most: one per client /24 x website x hour bin (/24s sharing bins share cells)
+    cells = len(np.unique((data.group * len(websites) + data.site) * 4 + (data.time // 21600).astype(int) % 4))
+    single = cal["plan_bytes_per_cell"] * cells
+    per_plan = fed if single <= mem_budget_gb * 2**30 else max(int(fed * mem_budget_gb * 2**30 / single), CHUNK)
     bounds = list(range(0, fed, per_plan)) + [fed]
 
     gc.collect()
@@ -294,7 +298,7 @@ def model_update(n: int, groups: int, calib_rows: int, mem_budget_gb: float, max
             "refit_wall_s": sum(w for _, w, _ in plans) if fed == n else refit_at(n),
             "refit_cpu_s": sum(c for _, _, c in plans) * n / fed,
             "refit_fixed_wall_s": fixed, "compile_wall_s": comp.wall, "peak_rss_growth_mb": peak_rss - rss0,
-            "held_rss_mb": held, "single_plan_gb": cal["plan_bytes_per_row"] * n / 2**30,
+            "held_rss_mb": held, "single_plan_gb": single / 2**30, "cells": cells,
             "projected_observe_s": projected, "mem_budget_gb": mem_budget_gb}
 
 
@@ -339,9 +343,9 @@ def table_rows(dec: dict, upd: dict) -> list[tuple[str, str, str]]:
         ("refit per row (wall, fixed cost removed)", f"{upd['refit_per_row_us']:.0f} us", ""),
         ("refit fixed cost: plan with no new rows (wall)", f"{upd['refit_fixed_wall_s']:.2f} s", ""),
         (f"compile_table ({upd['groups']:,} client /24s, 10% unknown; wall)", f"{upd['compile_wall_s']:.2f} s", ""),
-        ("refit transient memory per row (tracemalloc, calibration plan)",
-         f"{upd['calibration']['plan_bytes_per_row'] / 1024:.1f} KB (one plan on 1,000,000 rows: "
-         f"~{upd['calibration']['plan_bytes_per_row'] * 1e6 / 2**30:.0f} GB)", ""),
+        ("refit transient memory (tracemalloc, calibration plan)",
+         f"{upd['calibration']['plan_bytes_per_cell'] / 1024:.1f} KB per context cell (one plan on all "
+         f"{upd['cells']:,} cells: ~{upd['single_plan_gb']:.1f} GB)", ""),
         (f"peak RSS growth, feed {fed:,} + refit (ru_maxrss)", f"{upd['peak_rss_growth_mb']:,.0f} MB", ""),
         (f"RSS held by the policy after {fed:,} records", f"{upd['held_rss_mb']:,.0f} MB", ""),
     ]

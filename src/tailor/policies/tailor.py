@@ -350,9 +350,9 @@ class TailorPolicy(Policy):
         idx[:, 7] = hour.astype(np.int64)
         return idx + self._block_start, val
 
-    def _psi_rows(self, cells: Sequence[tuple]) -> np.ndarray:
-        """psi of each cell (cells x psi entries)."""
-        idx, val = self._slots(cells)
+    def _psi_rows(self, cells: Sequence[tuple], slots: tuple | None = None) -> np.ndarray:
+        """psi of each cell (cells x psi entries), from its :meth:`_slots` when they are at hand."""
+        idx, val = slots if slots is not None else self._slots(cells)
         out = np.zeros((len(cells), self._n_psi))
         out[np.arange(len(cells))[:, None], idx] = val
         return out
@@ -377,8 +377,7 @@ class TailorPolicy(Policy):
         ``sum_ab p_a p_b d_c^T C_ab d_c``."""
         n_psi, n_e = self._n_psi, self._n_e
         idx, val = self._slots(cells)
-        psi = np.zeros((len(cells), n_psi))
-        psi[np.arange(len(cells))[:, None], idx] = val
+        psi = self._psi_rows(cells, (idx, val))
         pidx = self._int_pos[idx[:, self._int_slots]]
         pval = val[:, self._int_slots]
         w_int = self._mu[n_psi:].reshape(self._n_int, n_e)

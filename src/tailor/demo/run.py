@@ -75,6 +75,9 @@ def run(args) -> int:
         raise KeyboardInterrupt(f"signal {signum}")
 
     old = signal.signal(signal.SIGTERM, _term)
+    # SIGINT too: a demo started as a background job (`tailor demo &`) inherits SIGINT ignored and Python then
+    # installs no KeyboardInterrupt handler, so Ctrl-C / kill -INT would be lost (found by a CI run started that way)
+    old_sigint = signal.signal(signal.SIGINT, _term)
     world = World(prefix=f"tdm{os.getpid()}-", workdir=out / "logs")
     world.workdir.mkdir(parents=True, exist_ok=True)
     report = None
@@ -83,13 +86,13 @@ def run(args) -> int:
     except KeyboardInterrupt:
         _log("interrupted: stopping everything and removing the namespaces")
     finally:
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         problems = world.close()
         left = leftovers(world.prefix)
         alive = [p.popen.pid for p in world.procs if pid_alive(p.popen.pid)]
         signal.signal(signal.SIGTERM, old)
-        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGINT, old_sigint)
         cg = cgroups_left(world.cgroups)
         cleanup = {"namespaces_left": left, "processes_left": alive, "cgroups_left": cg, "problems": problems}
         (out / "cleanup.json").write_text(json.dumps(cleanup, indent=1))

@@ -421,8 +421,8 @@ class TailorPolicy(Policy):
             hit = self._stats.get(cell[:5])
             if hit is not None:
                 n[i], total[i] = hit
-        noise: dict[str, float] = {}
-        s2 = np.array([noise[g] if g in noise else noise.setdefault(g, self._noise(g)) for g in groups])[:, None]
+        noise = {g: self._noise(g) for g in set(groups)}
+        s2 = np.array([noise[g] for g in groups])[:, None]
         default = self._base
         v0 = np.maximum(sd ** 2 + self._tau2, 1e-12)
         # the cell's own level (random effect around the shared level), then its configurations' effects

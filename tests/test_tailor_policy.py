@@ -299,3 +299,41 @@ def test_batch_observe_agrees_with_one_by_one():
     # many configurations are nearly as good, so the choices may differ; what they are worth must not
     truth = _effect(space) - _effect(space)[one.baseline_index]
     assert abs(np.mean(truth[choice_one]) - np.mean(truth[choice_many])) < 0.02
+
+
+def test_pool_learns_what_the_additive_model_misses_for_a_website_at_an_rtt():
+    """A configuration 20% slower everywhere except for one website on slow (high-RTT) networks, where it is 35%
+    faster: an interaction the shared additive model cannot hold. With the website x RTT pool, a new cell of that
+    website there (a device never seen) starts near the truth; without it, near the shared model's compromise. A
+    cell of the same website on fast networks keeps the slowdown."""
+    from tailor.policies import Decision
+
+    def world(pol, space, rng, n, t0):
+        x = int(np.flatnonzero(pol._near[pol.baseline_index])[0])  # one knob away from the baseline
+        items = []
+        for pop, ctx in _contexts(rng, n, t0):
+            c = x if rng.random() < 0.5 else pol.baseline_index
+            effect = (-0.35 if (pop, ctx.website) == ("slow", "news.example") else 0.2) if c == x else 0.0
+            y = POPULATIONS[pop]["base_ms"] * math.exp(effect + rng.normal(0.0, 0.2))
+            items.append((ctx, Decision(c, 0.5, "log", "explore"), Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0, 200_000)))
+        return x, items
+
+    means = {}
+    for pool in ("website-rtt", "none"):
+        pol, space = _policy(pool=pool)
+        rng = np.random.default_rng(12)
+        for block in range(3):
+            x, items = world(pol, space, rng, 1500, t0=block * 1500.0)
+            pol.observe_batch(items)
+            pol.plan(block * 1500.0 + 1500.0, compile=False)
+        probe = {}
+        for pop in POPULATIONS:
+            ctx = next(c for p, c in _contexts(np.random.default_rng(5), 50) if p == pop and c.website == "news.example")
+            cell = pol._cell(ctx)
+            cell = (cell[0], "tablet") + cell[2:]  # a level cell with no page loads of its own
+            mean, sd, _, _ = pol._effects(cell, pol._group(cell))
+            probe[pop] = (mean[x], sd[x])
+        means[pool] = probe
+    pooled, shared = means["website-rtt"]["slow"][0], means["none"]["slow"][0]
+    assert pooled < -0.2 and abs(pooled + 0.35) < abs(shared + 0.35) - 0.05, means
+    assert means["website-rtt"]["fast"][0] > 0.1, means

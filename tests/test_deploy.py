@@ -78,7 +78,7 @@ def test_every_flag_has_a_key_and_the_command_line_wins(tmp_path):
 def test_deploy_manager_toml_is_valid_and_names_every_flag():
     text = (DEPLOY / "manager.toml").read_text()
     cfg = config_from_args(_parse(["--config", str(DEPLOY / "manager.toml")]), environ=ENV)
-    assert (cfg.data_dir, cfg.policy, cfg.holdback) == ("/var/lib/tailor-manager", "configanator", 0.2)
+    assert (cfg.data_dir, cfg.policy, cfg.holdback) == ("/var/lib/tailor-manager", "tailor", 0.2)
     named = set(re.findall(r"^#? ?([a-z][a-z0-9-]*) = ", text, re.M))
     assert set(_flags()) - named == set(), "flags missing from deploy/manager.toml (set or commented)"
 

@@ -135,6 +135,7 @@ def test_scenario_regions_map_one_to_one_onto_the_live_form():
 
 # -- the manager
 def manager_cfg(tmp_path, dbs, **kw) -> ManagerConfig:
+    kw.setdefault("policy", "configanator")  # these tests are about Configanator's region classes
     return ManagerConfig(data_dir=str(tmp_path / "data"), token=TOKEN, update_freq_s=0, cohort_salt="7e57" * 8,
                          geoip_asn=dbs[0], geoip_region=dbs[1], **kw)
 

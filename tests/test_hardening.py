@@ -154,11 +154,12 @@ def test_kill9_during_ingest_loses_no_acknowledged_record(tmp_path):
 def test_full_disk_answers_503_loses_nothing_and_recovers(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m", "tmpfs", str(mnt)], check=True)
     try:
         data = mnt / "data"
         app = create_app(ManagerConfig(data_dir=str(data), token=TOKEN, edge_tokens=(EDGE,), update_freq_s=0))
-        (mnt / "filler").write_bytes(b"\0" * (10 << 20))
+        st = os.statvfs(mnt)  # leave 14 MB for telemetry, whatever the default policy's saved state takes
+        (mnt / "filler").write_bytes(b"\0" * (st.f_bavail * st.f_frsize - (14 << 20)))
         acked, refused, next_id = [], 0, 0
         with TestClient(app) as c:
             deadline = time.monotonic() + 120

@@ -37,6 +37,7 @@ PREFIXES = [f"10.{i}.{j}.0/24" for i in range(2) for j in range(10)]
 
 def cfg(tmp_path, **kw) -> ManagerConfig:
     kw.setdefault("cohort_salt", "7e57" * 8)  # reproducible cohorts (a manager draws a random salt)
+    kw.setdefault("policy", "configanator")  # the mechanics tests run on a class learner; the default has its own test
     return ManagerConfig(data_dir=str(tmp_path / "data"), token=TOKEN, update_freq_s=0, **kw)
 
 
@@ -259,21 +260,25 @@ def closed_loop(c, edge, cycles, n, t0):
 
 
 def learned(policy) -> dict:
-    """Per-key observation counts of the manager's policy (Configanator: per website x class pair)."""
+    """Per-key observation counts of the manager's policy (Configanator: per website x class pair; tailor: per
+    context cell and configuration)."""
+    if policy.name == "tailor":
+        return {k: n.tolist() for k, (n, _) in policy._stats.items()}
     keyed = policy._pairs.items() if hasattr(policy, "_pairs") else policy._stats.items()
     return {k: (s.stats if hasattr(s, "stats") else s).counts.tolist() for k, s in keyed}
 
 
 def test_restart_resumes_table_and_learned_state(tmp_path):
     edge = SyntheticEdge(PREFIXES, factor=lambda p, cid: 1.0 if cid == DEFAULT else 0.8, seed=3)
-    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+    default = ManagerConfig(data_dir="unused", insecure_dev=True).policy
+    with TestClient(create_app(cfg(tmp_path, policy=default)), headers=AUTH) as c:
         closed_loop(c, edge, 3, 1500, T0)
         before = c.get("/v1/table")
         mgr = c.app.state.manager
         stats = learned(mgr.policy)
-        assert mgr.policy.name == "configanator" and sum(map(sum, stats.values())) > 0  # the manager's default
+        assert mgr.policy.name == "tailor" and sum(map(sum, stats.values())) > 0  # the manager's default
         guard, archive_n, fed = copy.deepcopy(mgr.guard), len(mgr.archive), mgr.fed_seq
-    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+    with TestClient(create_app(cfg(tmp_path, policy=default)), headers=AUTH) as c:
         mgr = c.app.state.manager
         after = c.get("/v1/table")
         assert after.headers["etag"] == before.headers["etag"] and after.json() == before.json()

@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
                         "nothing in it is removed")
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions (default 6)")
     p.add_argument("--update-freq", type=float, default=10.0, help="the shards' update period in seconds (default 10)")
-    p.add_argument("--policy", default="configanator", help="the shards' policy (default configanator)")
+    p.add_argument("--policy", default="tailor", help="the shards' policy (default tailor)")
     p.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines (default 5)")
     p.add_argument("--edge-arg", action="append", default=[], metavar="ARG",
                    help="one more tailor-edge argument for every edge (repeatable), e.g. --edge-arg=--full-address")

@@ -14,7 +14,7 @@ MiB = 1 << 20
 @dataclass(frozen=True)
 class ManagerConfig:
     data_dir: str
-    policy: str = "configanator"  # the issue: "default: Configanator; selectable"
+    policy: str = "tailor"  # Tailor's own policy (issue 12); any registered policy is selectable
     space: str = "core"
     allowed: str = ""  # AllowedConfig, e.g. "NoBBR,NoHighICW"
     update_freq_s: float = 10.0  # period of the update cycle; 0 = only on demand (POST /v1/cycle, tests)

@@ -23,7 +23,7 @@ def add_arguments(p) -> None:
     p.add_argument("--listen", default="127.0.0.1:8470", help="HOST:PORT (default 127.0.0.1:8470)")
     p.add_argument("--data", default=None, help="data directory (DuckDB store and learned state; required, "
                                                 "here or as `data` in --config)")
-    p.add_argument("--policy", default="configanator", help="registered policy name (default configanator)")
+    p.add_argument("--policy", default="tailor", help="registered policy name (default tailor)")
     p.add_argument("--space", default="core", help="named configuration space (default core)")
     p.add_argument("--allowed", default="", help="AllowedConfig, e.g. NoBBR,NoHighICW,tcp.initial_cwnd<=32")
     p.add_argument("--update-freq", type=float, default=10.0, help="seconds between update cycles (default 10)")

@@ -30,6 +30,8 @@ from tailor.space import ConfigSpace
 T0 = 1_795_000_000.0
 TOKEN = "bench"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+EDGE_TOKEN = "bench-edge"  # telemetry is accepted from edge credentials only (docs/security.md)
+EDGE_AUTH = {"Authorization": f"Bearer {EDGE_TOKEN}", "Content-Type": "application/json"}
 
 
 def edge(n_prefixes: int, n_sites: int, seed: int = 0) -> SyntheticEdge:
@@ -76,12 +78,13 @@ def _time_validation(body: bytes) -> float:
 
 
 def bench_http_ingest(tmp: str, n_batches: int, size: int) -> dict:
-    app = create_app(ManagerConfig(data_dir=os.path.join(tmp, "http"), token=TOKEN, update_freq_s=0))
+    app = create_app(ManagerConfig(data_dir=os.path.join(tmp, "http"), token=TOKEN, edge_tokens=(EDGE_TOKEN,),
+                                   update_freq_s=0))
     bodies = [json.dumps(edge(500, 20, seed=k).batch(size, T0 + k)).encode() for k in range(n_batches)]
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=60) as c:
         started = time.perf_counter()
         for body in bodies:
-            assert c.post("/v1/telemetry", content=body, headers=AUTH).status_code == 202
+            assert c.post("/v1/telemetry", content=body, headers=EDGE_AUTH).status_code == 202
         wall = time.perf_counter() - started
     return {"records": n_batches * size, "records_per_s_wall": round(n_batches * size / wall)}
 
@@ -131,7 +134,8 @@ def _cycle_parts(mgr: Manager, now: float) -> dict:
 def bench_publication(tmp: str, rounds: int) -> dict:
     app = create_app(ManagerConfig(data_dir=os.path.join(tmp, "pub"), token=TOKEN, update_freq_s=0))
     lat = []
-    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=60) as c, httpx.Client(base_url=url, timeout=60) as w:
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=60, headers=AUTH) as c, \
+            httpx.Client(base_url=url, timeout=60, headers=AUTH) as w:
         table = c.get("/v1/table").json()
         for k in range(rounds):
             version, result = c.get("/v1/table").json()["version"], {}
@@ -143,7 +147,7 @@ def bench_publication(tmp: str, rounds: int) -> dict:
             th = threading.Thread(target=poll)
             th.start()
             time.sleep(0.05)
-            doc = dict(table, groups=[{"id": f"g{k}", "choices": [{"config": table["default"], "p": 1.0}]}])
+            doc = dict(table, groups=table["groups"] + [{"id": f"bench{k}", "choices": [{"config": table["default"], "p": 1.0}]}])
             sent = time.perf_counter()
             assert c.post("/v1/table", json=doc, headers=AUTH).status_code == 200
             th.join()

@@ -445,7 +445,8 @@ class TailorPolicy(Policy):
         the shared model's residual effect -- what its additive structure misses there, e.g. that a knob which
         helps large websites at this RTT slows a small one -- as a random effect of variance tau_p^2 (method of
         moments, pools with >= 5 page loads of a configuration), estimated from the residuals of the pool's cells
-        (each cell's level taken out), for every cell without its own page loads."""
+        (each cell's level taken out); a cell's own page loads are left out of its estimate (they update the cell
+        itself in :meth:`_posterior`), a cell with none gets the pool's."""
         self._pool_group, self._pool_cell = {}, {}
         keys = [k for k, (n, _) in self._stats.items() if n.sum() > 0]
         if self.pool == "none" or not keys or not self._n:

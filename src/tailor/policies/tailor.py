@@ -403,18 +403,19 @@ class TailorPolicy(Policy):
         return psi, mean, np.sqrt(np.maximum(var, 0.0)), level
 
     def _predict(self, cell: tuple) -> tuple:
-        """:meth:`_predict_many` of one cell, cached until the next plan."""
+        """:meth:`_predict_many` of one cell with its pool's correction (:meth:`_pooled`), cached until the next
+        plan (both are fixed between plans)."""
         hit = self._cells.get(cell)
         if hit is None:
             psi, mean, sd, level = self._predict_many([cell])
+            mean, sd = self._pooled([cell], mean, sd)
             hit = self._cells[cell] = (psi[0], mean[0], sd[0], float(level[0]))
         return hit
 
     def _effects(self, cell: tuple, group: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """:meth:`_posterior` of one cell (its shared prediction cached)."""
+        """:meth:`_posterior` of one cell (its pooled shared prediction cached)."""
         _, mean, sd, level = self._predict(cell)
-        mean, sd = self._pooled([cell], mean[None], sd[None])
-        delta, sd, base, base_var = self._posterior([cell], [group], mean, sd, np.array([level]))
+        delta, sd, base, base_var = self._posterior([cell], [group], mean[None], sd[None], np.array([level]))
         return delta[0], sd[0], float(base[0]), float(base_var[0])
 
     def _effects_many(self, cells: Sequence[tuple], groups: Sequence[str]) -> tuple:
@@ -454,10 +455,9 @@ class TailorPolicy(Policy):
         n = np.array([self._stats[k][0] for k in keys])
         total = np.array([self._stats[k][1] for k in keys])
         _, mean, sd, level = self._predict_many([k + (0,) for k in keys])
-        s2, lv = self._sigma2, self._level_var
-        base_var = 1.0 / (1.0 / lv + n.sum(axis=1) / s2)
-        base = base_var * (level / lv + np.sum(total - n * mean, axis=1) / s2)
-        resid = total - n * (base[:, None] + mean)
+        s2 = self._sigma2
+        base, _ = self._own_level(n, total, mean, level, s2)
+        resid = total - n * (base + mean)
         n = n.copy()
         n[:, self._base], resid[:, self._base] = 0.0, 0.0
         names: dict[tuple, int] = {}
@@ -496,9 +496,7 @@ class TailorPolicy(Policy):
         default = self._base
         v0 = np.maximum(sd ** 2 + self._tau2, 1e-12)
         # the cell's own level (random effect around the shared level), then its configurations' effects
-        lv = self._level_var
-        base_var = 1.0 / (1.0 / lv + n.sum(axis=1, keepdims=True) / s2)
-        base = base_var * (level[:, None] / lv + np.sum(total - n * mean, axis=1, keepdims=True) / s2)
+        base, base_var = self._own_level(n, total, mean, level, s2)
         var = 1.0 / (1.0 / v0 + n / s2)
         delta = var * (mean / v0 + (total - n * base) / s2)
         delta[:, default], var[:, default] = 0.0, 0.0
@@ -508,6 +506,14 @@ class TailorPolicy(Policy):
             if since is not None and since < self.reopen:
                 widen[i] = 2.0 - since / self.reopen
         return delta, np.sqrt(var) * widen * self._kappa, base[:, 0], base_var[:, 0]
+
+    def _own_level(self, n: np.ndarray, total: np.ndarray, mean: np.ndarray, level: np.ndarray,
+                   s2: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
+        """Each cell's log baseline level and its variance (cells x 1): the shared level model's prediction
+        updated by the cell's page loads net of the configurations' effects (normal-normal, noise ``s2``)."""
+        lv = self._level_var
+        base_var = 1.0 / (1.0 / lv + n.sum(axis=1, keepdims=True) / s2)
+        return base_var * (level[:, None] / lv + np.sum(total - n * mean, axis=1, keepdims=True) / s2), base_var
 
     def _noise(self, group: str) -> float:
         """The group's noise variance of log time: its pooled within-(cell, configuration) variance, shrunk to

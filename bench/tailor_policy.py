@@ -15,7 +15,8 @@ metadata; ``--json FILE`` also writes the figures as one JSON object.
    RTT, goodput and loss (10% unknown to the archive); website (18) and hour vary per record; configurations
    drawn uniformly (a logging policy that explores everything); log page-load time = a context level + a fixed
    per-configuration effect scaled by the context (RTT, device, goodput) + N(0, 0.3^2) noise. They go through
-   ``policy.observe_batch`` in batches of 10,000 (the manager's ingest; CPU time of the calls only, building the
+   ``policy.observe_batch`` in batches of ``--batch`` records (default 50,000: the manager folds each cycle's new
+   rows as one batch, and bench/manager_ingest.py's cycle brings 50,000; CPU time of the calls only, building the
    objects is not timed; the calibration policy also measures ``policy.observe`` one by one), then
    ``policy.plan(now, compile=False)`` (the refit, wall and CPU time: BLAS uses every core), then
    ``compile_table`` (the table for the archived prefixes). The target (issue): model update for 1M records
@@ -61,7 +62,7 @@ from tailor.space import ConfigSpace
 from tailor.table import DecisionTable, compile_table, decide
 
 TARGET_UPDATE_S = 10.0
-CHUNK = 10_000  # records built per batch (objects are built outside the timed observe loop)
+CHUNK = 50_000  # records per observe_batch call (--batch; objects are built outside the timed calls)
 SPAN_S = 2 * 86400.0  # the synthetic records span two days (every hour of day)
 LOSSES = (0.0, 0.002, 0.01, 0.03, 0.08)
 
@@ -299,7 +300,7 @@ def model_update(n: int, groups: int, calib_rows: int, mem_budget_gb: float, max
             "refit_cpu_s": sum(c for _, _, c in plans) * n / fed,
             "refit_fixed_wall_s": fixed, "compile_wall_s": comp.wall, "peak_rss_growth_mb": peak_rss - rss0,
             "held_rss_mb": held, "single_plan_gb": single / 2**30, "cells": cells,
-            "projected_observe_s": projected, "mem_budget_gb": mem_budget_gb}
+            "projected_observe_s": projected, "mem_budget_gb": mem_budget_gb, "batch": CHUNK}
 
 
 # -- report
@@ -353,6 +354,7 @@ def table_rows(dec: dict, upd: dict) -> list[tuple[str, str, str]]:
 
 
 def main() -> None:
+    global CHUNK
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--groups", type=int, default=1000)
@@ -367,8 +369,11 @@ def main() -> None:
     ap.add_argument("--fallback-records", type=int, default=200_000)
     ap.add_argument("--blas-threads", type=int, default=None,
                     help="limit BLAS/OpenMP threads (threadpoolctl); default: the libraries' own")
+    ap.add_argument("--batch", type=int, default=CHUNK,
+                    help="records per observe_batch call (the manager: one cycle's new rows)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     args = ap.parse_args()
+    CHUNK = args.batch
     limits = threadpool_limits(args.blas_threads) if args.blas_threads else None  # noqa: F841 (held for the run)
     n = 50_000 if args.quick else args.records
     budget = args.mem_budget_gb if args.mem_budget_gb is not None else mem_available_gb() / 2

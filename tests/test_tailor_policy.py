@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tailor.policies import Context, Outcome, PolicyEnv, PrefixHistory, make_policy
+from tailor.policies.tailor import cusum_run
 from tailor.scenario.model import ClientInfo
 from tailor.space import ConfigSpace
 
@@ -301,6 +302,47 @@ def test_batch_observe_agrees_with_one_by_one():
     assert abs(np.mean(truth[choice_one]) - np.mean(truth[choice_many])) < 0.02
 
 
+def test_vectorised_cusum_is_the_sequential_recursion_with_its_resets():
+    """cusum_run (the batch's change test, Lindley's closed form between alarms) gives the alarms and the final
+    state of max(0, S + z - drift) page load by page load, on noise with two level shifts (several alarms)."""
+    rng = np.random.default_rng(21)
+    z = np.concatenate([rng.normal(0, 1, 400), rng.normal(2.5, 1, 60), rng.normal(-3, 1, 80), rng.normal(0, 1, 300)])
+    drift, h = 0.5, 12.0
+    seq, alarms = [3.0, 1.0], []
+    for k, zk in enumerate(z.tolist()):
+        seq[0] = max(0.0, seq[0] + zk - drift)
+        seq[1] = max(0.0, seq[1] - zk - drift)
+        if seq[0] > h or seq[1] > h:
+            alarms.append(k)
+            seq = [0.0, 0.0]
+    state = [3.0, 1.0]
+    assert len(alarms) >= 3
+    assert cusum_run(state, z, drift, h) == alarms
+    assert state == pytest.approx(seq, abs=1e-9)
+
+
+def test_batched_client_residuals_equal_one_by_one():
+    """_clients_update folds residuals as _client_update does in order: per-client sums, the covariance terms
+    (each with the client's mean residual before it) and the clients' recency order."""
+    one, _ = _policy()
+    many, _ = _policy()
+    rng = np.random.default_rng(5)
+    for pol in (one, many):
+        for i in range(5):  # clients seen before the batch
+            pol._clients[f"10.0.0.{i}"] = [i + 1, 0.1 * i]
+    ids = [f"10.0.0.{int(k)}" for k in rng.integers(0, 12, 300)]
+    resid = rng.normal(0.0, 0.3, 300)
+    for ip, r in zip(ids, resid.tolist()):
+        client = ClientInfo(ip, "10.0.0.0/24", 1, "r", "desktop", "x")
+        one._client_update(Context(0.0, "s", client, SITES[0], 50.0, None), r)
+    many._clients_update(ids, resid)
+    assert list(many._clients) == list(one._clients)
+    for ip, (n, total) in one._clients.items():
+        assert many._clients[ip][0] == n
+        assert many._clients[ip][1] == pytest.approx(total, abs=1e-12)
+    assert many._cov_c == pytest.approx(one._cov_c, rel=1e-12)
+
+
 def test_pool_learns_what_the_additive_model_misses_for_a_website_at_an_rtt():
     """A configuration 20% slower everywhere except for one website on slow (high-RTT) networks, where it is 35%
     faster: an interaction the shared additive model cannot hold. With the website x RTT pool, a new cell of that
@@ -337,3 +379,24 @@ def test_pool_learns_what_the_additive_model_misses_for_a_website_at_an_rtt():
     pooled, shared = means["website-rtt"]["slow"][0], means["none"]["slow"][0]
     assert pooled < -0.2 and abs(pooled + 0.35) < abs(shared + 0.35) - 0.05, means
     assert means["website-rtt"]["fast"][0] > 0.1, means
+
+
+def test_state_pickles_and_an_earlier_layout_is_refused_with_the_reason():
+    """The manager saves the policy as a pickle: a round trip keeps the learned cells and decisions; a state of
+    the earlier layout (per-cell dicts, no ``_layout``) is refused with one error naming what to do."""
+    import pickle
+
+    from tailor.errors import ParameterError
+
+    pol, space = _policy()
+    rng = np.random.default_rng(3)
+    _run(pol, space, rng, 900, _slowdowns(pol, space, np.full(len(space), 0.9)))
+    back = pickle.loads(pickle.dumps(pol))
+    assert back._stats.keys() == pol._stats.keys()
+    np.testing.assert_array_equal(back._stats.used(), pol._stats.used())
+    ctxs = [ctx for _, ctx in _contexts(np.random.default_rng(4), 50, t0=1e4)]
+    assert [back.select(c).config for c in ctxs] == [pol.select(c).config for c in ctxs]
+    old = dict(pol.__dict__)
+    del old["_layout"]
+    with pytest.raises(ParameterError, match="layout 1.*fresh --data"):
+        pickle.loads(pickle.dumps(pol)).__setstate__(old)

@@ -100,6 +100,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from threadpoolctl import threadpool_limits
 
+from tailor.errors import ParameterError
 from tailor.grouping.classes import DEVICES
 from tailor.policies.base import Context, Decision, Outcome, Policy, register
 
@@ -111,6 +112,7 @@ POOL = ("none", "website", "website-rtt")  # the middle level of a cell's prior 
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
 SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - ln 300 KB) / 2, 0 if unknown
 MAX_CLIENTS = 200_000  # clients whose offsets are kept (least recently seen forgotten first)
+STATE_LAYOUT = 2  # the layout of the pickled state: 2 = per-cell statistics in CellRows arrays
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 
 def _FLOAT(lo, hi):
@@ -176,6 +178,101 @@ def gram(psi: np.ndarray, pint: np.ndarray, e: np.ndarray, count: np.ndarray,
     return g, h
 
 
+def cusum_run(cusum: list[float], z: np.ndarray, drift: float, h: float) -> list[int]:
+    """A two-sided CUSUM (Page 1954) over ``z`` in order from the state ``cusum`` = [upper, lower] (updated in
+    place): ``S_k = max(0, S_{k-1} + z_k - drift)`` and its mirror, reset to 0 after an alarm (either side above
+    ``h``); returns the positions of the alarms. Vectorised: between alarms the recursion (Lindley's) is
+    ``S_k = X_k - min(-S_0, min_{j<=k} X_j)``, X the cumulative sum of ``z - drift``."""
+    alarms: list[int] = []
+    start = 0
+    while start < len(z):
+        rest = z[start:]
+        sides = []
+        for sign, s0 in ((1.0, cusum[0]), (-1.0, cusum[1])):
+            x = np.cumsum(sign * rest - drift)
+            sides.append(x - np.minimum(np.minimum.accumulate(x), -s0))
+        over = np.flatnonzero((sides[0] > h) | (sides[1] > h))
+        if not len(over):
+            cusum[0], cusum[1] = float(sides[0][-1]), float(sides[1][-1])
+            break
+        alarms.append(start + int(over[0]))
+        cusum[0] = cusum[1] = 0.0
+        start += int(over[0]) + 1
+    return alarms
+
+
+class CellRows:
+    """Per-configuration sums of many cells (``fields`` arrays of rows x configurations) with a key -> row
+    index, in arrays that grow by doubling: a batch of page loads updates its cells' rows in one operation.
+    Read like a mapping (``rows[key]`` is the tuple of the key's row views); a cleared row is all zeros."""
+
+    def __init__(self, fields: int, width: int):
+        self.index: dict[tuple, int] = {}
+        self.keys_: list[tuple] = []
+        self.data = np.zeros((fields, 16, width))
+
+    def __len__(self) -> int:
+        return len(self.keys_)
+
+    def __iter__(self):
+        return iter(self.keys_)
+
+    def __contains__(self, key) -> bool:
+        return key in self.index
+
+    def __getitem__(self, key) -> tuple[np.ndarray, ...]:
+        i = self.index[key]
+        return tuple(self.data[:, i])
+
+    def keys(self):
+        return self.index.keys()
+
+    def items(self):
+        for key, i in self.index.items():
+            yield key, tuple(self.data[:, i])
+
+    def used(self) -> np.ndarray:
+        """The arrays' rows in use (fields x rows x configurations; a view)."""
+        return self.data[:, :len(self.keys_)]
+
+    def find(self, keys: Sequence[tuple]) -> np.ndarray:
+        """Each key's row, -1 where it has none."""
+        get = self.index.get
+        return np.fromiter((get(k, -1) for k in keys), np.int64, len(keys))
+
+    def rows(self, keys: Sequence[tuple]) -> np.ndarray:
+        """Each key's row, new (zero) rows for the keys without one; ``keys`` distinct."""
+        out = self.find(keys)
+        new = np.flatnonzero(out < 0)
+        if len(new):
+            start = len(self.keys_)
+            out[new] = np.arange(start, start + len(new))
+            for k, i in zip(new.tolist(), range(start, start + len(new))):
+                self.index[keys[k]] = i
+                self.keys_.append(keys[k])
+            self._grow(start + len(new))
+        return out
+
+    def row(self, key: tuple) -> int:
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.keys_)
+            self.keys_.append(key)
+            self._grow(i + 1)
+        return i
+
+    def _grow(self, size: int) -> None:
+        if size > self.data.shape[1]:
+            data = np.zeros((self.data.shape[0], max(size, 2 * self.data.shape[1]), self.data.shape[2]))
+            data[:, :self.data.shape[1]] = self.data
+            self.data = data
+
+    def clear(self) -> None:
+        """Forget every row (and the arrays' memory)."""
+        self.index, self.keys_ = {}, []
+        self.data = np.zeros((self.data.shape[0], 16, self.data.shape[2]))
+
+
 def _key(ctx: Context) -> tuple:
     return (ctx.session, ctx.load_index, ctx.time_s)
 
@@ -213,9 +310,17 @@ class TailorPolicy(Policy):
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
 
+    def __setstate__(self, state: dict) -> None:
+        if state.get("_layout") != STATE_LAYOUT:
+            raise ParameterError(f"this learned tailor state has layout {state.get('_layout', 1)}, this version reads "
+                                 f"layout {STATE_LAYOUT} (per-cell statistics in arrays); start from a fresh state "
+                                 "(tailor manager: a fresh --data)")
+        self.__dict__.update(state)
+
     # -- features
     def _init_state(self) -> None:
         space = self.space
+        self._layout = STATE_LAYOUT
         # the websites' entries: those the environment lists (the simulator), else the first website_slots
         # websites observed (the manager learns them from telemetry); any other website shares the last entry
         self._sites = {s: i for i, s in enumerate(sorted(self.env.websites))}
@@ -269,7 +374,7 @@ class TailorPolicy(Policy):
         self._level_var = 1.0  # variance of cells' levels around the additive level model (_fit_levels)
         # page loads since the last plan, aggregated: cell -> (count, sum of log y) per configuration; a row of the
         # design depends only on its cell and configuration, so the refit costs per cell, not per page load
-        self._rows: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._rows = CellRows(2, len(space))
         self._mu = np.zeros(dim)
         self._set_cov(np.diag(1.0 / self._prior_prec))
         self._sigma2 = 0.1
@@ -280,9 +385,9 @@ class TailorPolicy(Policy):
         self._slack: dict[str, float] = {}
         self._times: dict[str, tuple[int, float]] = {}  # group -> (page loads, sum of baseline-time estimates)
         self._reserved: dict[tuple, tuple[str, float]] = {}  # pending page load -> (group, reserved cost)
-        self._played: dict[str, dict[tuple, np.ndarray]] = {}  # group -> cell -> sum of times per config
+        self._played = CellRows(1, len(space))  # context cell -> sum of times per config (its group: _group)
         self._cusum: dict[str, list[float]] = {}
-        self._stats: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # cell w/o hour -> (n, sum log y) per config
+        self._stats = CellRows(2, len(space))  # cell w/o hour -> (n, sum log y) per config
         self._clients: OrderedDict[str, list] = OrderedDict()  # client address -> [page loads, sum of residuals]
         self._cov_c = [0.0, 0.0]  # sum of residual x the client's earlier mean residual, count
         self._client_var = 0.0  # tau_c^2, re-estimated at plan (0 until then: no offset)
@@ -293,8 +398,12 @@ class TailorPolicy(Policy):
         self._z2 = [0.0, 0.0, 0.0, 0.0]
         self._tau2 = 0.01  # misfit variance of the shared model, re-estimated at plan
         self._tau2_pool = 0.01  # variance of the pools' residual effects (_fit_pool)
-        self._pool_group: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # pool -> residual effects, their variance
-        self._pool_cell: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # level cell -> the same without its own data
+        # the pools' residual effects and their variances (_fit_pool): rows for the level cells (their own data left
+        # out; _pool_at: row of the cell statistics -> row here), for the pools (_pool_index) and for "none"
+        self._pool_d: np.ndarray | None = None
+        self._pool_v: np.ndarray | None = None
+        self._pool_at = np.zeros(0, dtype=np.int64)
+        self._pool_index: dict[tuple, int] = {}
         self._since_alarm: dict[str, int] = {}
         self._alarms: list[tuple[float, str]] = []
         self._now = 0.0
@@ -309,8 +418,9 @@ class TailorPolicy(Policy):
         return (ctx.website, ctx.client.device, rtt, gp, loss, hour)
 
     @staticmethod
-    def _cells_of(ctxs: Sequence[Context]) -> tuple[list[tuple], np.ndarray]:
-        """:meth:`_cell` of many contexts at once: the distinct cells and each context's index into them."""
+    def _cells_of(ctxs: Sequence[Context], parts: bool = False) -> tuple:
+        """:meth:`_cell` of many contexts at once: the distinct cells and each context's index into them; with
+        ``parts``, also the cells' parts as arrays (:meth:`_parts`) and their integer codes."""
         m = len(ctxs)
         hist = [c.history for c in ctxs]
         known = np.fromiter((h is not None for h in hist), bool, m)
@@ -324,10 +434,22 @@ class TailorPolicy(Policy):
         name = np.fromiter((names.setdefault((c.website, c.client.device), len(names)) for c in ctxs), np.int64, m)
         code = (((name * (len(RTT_EDGES) + 1) + rtt) * (len(GOODPUT_EDGES) + 2) + gp + 1)
                 * (len(LOSS_EDGES) + 2) + loss + 1) * HOUR_BINS + hour
-        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        cells = [(ctxs[i].website, ctxs[i].client.device, int(rtt[i]), int(gp[i]), int(loss[i]), int(hour[i]))
-                 for i in first.tolist()]
-        return cells, inverse.ravel()
+        ucode, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        pairs = list(names)
+        cells = [pairs[k] + v for k, v in zip(name[first].tolist(), zip(
+            rtt[first].tolist(), gp[first].tolist(), loss[first].tolist(), hour[first].tolist()))]
+        if not parts:
+            return cells, inverse.ravel()
+        return cells, inverse.ravel(), (pairs, name[first], rtt[first], gp[first], loss[first], hour[first]), ucode
+
+    @staticmethod
+    def _parts(cells: Sequence[tuple]) -> tuple:
+        """Cells as parts: the distinct (website, device) pairs, each cell's pair index and its RTT, goodput, loss
+        and hour bins (arrays)."""
+        names: dict[tuple, int] = {}
+        name = np.fromiter((names.setdefault(c[:2], len(names)) for c in cells), np.int64, len(cells))
+        bins = np.array([c[2:6] for c in cells], dtype=np.int64).reshape(len(cells), 4)
+        return (list(names), name, *bins.T)
 
     @staticmethod
     def _group(cell: tuple) -> str:
@@ -345,21 +467,22 @@ class TailorPolicy(Policy):
             start += size
         return out
 
-    def _slots(self, cells: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    def _slots(self, cells: Sequence[tuple], parts: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
         """psi of each cell as its active entry per block (cells x blocks) and that entry's value: 1, or the
-        website's size for the size block (unknown values have their own entry)."""
-        site, device, rtt, gp, loss, hour = (np.array(v, dtype=object) for v in zip(*cells))
-        idx = np.empty((len(cells), len(self._block_start)), dtype=np.int64)
+        website's size for the size block (unknown values have their own entry). ``parts``: the cells'
+        :meth:`_parts`, when at hand."""
+        pairs, name, rtt, gp, loss, hour = parts if parts is not None else self._parts(cells)
+        site = np.array([self._sites.get(s, self._site_slots) for s, _ in pairs], dtype=np.int64)
+        size = np.array([self._size.get(s, 0.0) for s, _ in pairs])
+        device = np.array([DEVICES.index(d) if d in DEVICES else len(DEVICES) for _, d in pairs], dtype=np.int64)
+        idx = np.zeros((len(cells), len(self._block_start)), dtype=np.int64)
         val = np.ones(idx.shape)
-        idx[:, 0] = 0
-        idx[:, 1] = [self._sites.get(s, self._site_slots) for s in site]
-        idx[:, 2] = 0
-        val[:, 2] = [self._size.get(s, 0.0) for s in site]
-        idx[:, 3] = [DEVICES.index(d) if d in DEVICES else len(DEVICES) for d in device]
-        idx[:, 4] = rtt.astype(np.int64)
-        idx[:, 5] = np.where(gp.astype(np.int64) >= 0, gp.astype(np.int64), len(GOODPUT_EDGES) + 1)
-        idx[:, 6] = np.where(loss.astype(np.int64) >= 0, loss.astype(np.int64), len(LOSS_EDGES) + 1)
-        idx[:, 7] = hour.astype(np.int64)
+        if len(pairs):
+            idx[:, 1], val[:, 2], idx[:, 3] = site[name], size[name], device[name]
+        idx[:, 4] = rtt
+        idx[:, 5] = np.where(gp >= 0, gp, len(GOODPUT_EDGES) + 1)
+        idx[:, 6] = np.where(loss >= 0, loss, len(LOSS_EDGES) + 1)
+        idx[:, 7] = hour
         return idx + self._block_start, val
 
     def _psi_rows(self, cells: Sequence[tuple], slots: tuple | None = None) -> np.ndarray:
@@ -382,19 +505,28 @@ class TailorPolicy(Policy):
         self._Q = np.einsum("ci,abic->abc", self._d, t, optimize=True)
 
     # -- predictions per cell
-    def _predict_many(self, cells: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _predict_many(self, cells: Sequence[tuple], at: tuple[np.ndarray, np.ndarray] | None = None,
+                      parts: tuple | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The shared model's prediction for each cell: psi (cells x psi entries), the mean and sd of every
         configuration's effect (cells x configurations) and the log baseline level. psi has one active entry per
         block, so a cell's effect variance is a sum over pairs of its knob-modulating slots,
-        ``sum_ab p_a p_b d_c^T C_ab d_c``."""
+        ``sum_ab p_a p_b d_c^T C_ab d_c``. With ``at`` = (cell positions, configurations), the sd only at those
+        pairs (0 elsewhere): the variance is most of the cost, and folding a batch needs it only where played."""
         n_psi, n_e = self._n_psi, self._n_e
-        idx, val = self._slots(cells)
+        idx, val = self._slots(cells, parts)
         psi = self._psi_rows(cells, (idx, val))
         pidx = self._int_pos[idx[:, self._int_slots]]
         pval = val[:, self._int_slots]
         w_int = self._mu[n_psi:].reshape(self._n_int, n_e)
         u = np.einsum("ms,mse->me", pval, w_int[pidx])  # pint @ w_int per cell
         mean = u @ self._d.T
+        if at is not None:
+            var = np.zeros_like(mean)
+            k, c = at
+            p, q = pval[k], pidx[k]
+            var[k, c] = np.einsum("ks,kt,kst->k", p, p, self._Q[q[:, :, None], q[:, None, :], c[:, None, None]])
+            level = psi @ self._mu[:n_psi] + u @ self._e[self._base]
+            return psi, mean, np.sqrt(np.maximum(var, 0.0)), level
         var = np.empty_like(mean)
         for lo in range(0, len(cells), 2048):  # the gathered covariance blocks: 2048 x slots^2 x configurations
             p, q = pval[lo:lo + 2048], pidx[lo:lo + 2048]
@@ -418,28 +550,36 @@ class TailorPolicy(Policy):
         delta, sd, base, base_var = self._posterior([cell], [group], mean[None], sd[None], np.array([level]))
         return delta[0], sd[0], float(base[0]), float(base_var[0])
 
-    def _effects_many(self, cells: Sequence[tuple], groups: Sequence[str]) -> tuple:
-        """:meth:`_posterior` of many cells (cells x configurations, and per cell)."""
-        _, mean, sd, level = self._predict_many(cells)
-        mean, sd = self._pooled(cells, mean, sd)
-        return self._posterior(cells, groups, mean, sd, level)
+    def _effects_many(self, cells: Sequence[tuple], groups: Sequence[str] | tuple[list[str], np.ndarray],
+                      at: tuple[np.ndarray, np.ndarray] | None = None, parts: tuple | None = None,
+                      srow: np.ndarray | None = None) -> tuple:
+        """:meth:`_posterior` of many cells (cells x configurations, and per cell); ``at``: sd only at those
+        (cell, configuration) pairs (:meth:`_predict_many`); ``parts``, ``srow`` (the cells' rows of the cell
+        statistics): when at hand."""
+        _, mean, sd, level = self._predict_many(cells, at, parts)
+        if srow is None:
+            srow = self._stats.find([cell[:5] for cell in cells])
+        mean, sd = self._pooled(cells, mean, sd, srow)
+        return self._posterior(cells, groups, mean, sd, level, srow)
 
     def _pool_key(self, cell: tuple) -> tuple:
         return (cell[0], cell[2]) if self.pool == "website-rtt" else (cell[0],)
 
-    def _pooled(self, cells: Sequence[tuple], mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _pooled(self, cells: Sequence[tuple], mean: np.ndarray, sd: np.ndarray,
+                srow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The shared prediction with the pool's correction (:meth:`_fit_pool`): the cell's pool's residual
-        effects without the cell's own page loads (they update the cell in :meth:`_posterior`), its variance added."""
-        if not self._pool_group:
+        effects without the cell's own page loads (they update the cell in :meth:`_posterior`), its variance added.
+        ``srow``: the cells' rows of the cell statistics, when at hand."""
+        if self._pool_d is None:
             return mean, sd
-        d = np.zeros(mean.shape)
-        v = np.full(mean.shape, self._tau2_pool)
-        for i, cell in enumerate(cells):
-            hit = self._pool_cell.get(cell[:5]) or self._pool_group.get(self._pool_key(cell))
-            if hit is not None:
-                d[i], v[i] = hit
-        d[:, self._base], v[:, self._base] = 0.0, 0.0
-        return mean + d, np.sqrt(sd ** 2 + v)
+        if srow is None:
+            srow = self._stats.find([cell[:5] for cell in cells])
+        at = self._pool_at
+        idx = np.where((srow >= 0) & (srow < len(at)), at[np.clip(srow, 0, max(len(at) - 1, 0))], -1) \
+            if len(at) else np.full(len(cells), -1)
+        for i in np.flatnonzero(idx < 0).tolist():  # a level cell new since the plan: its pool's estimate
+            idx[i] = self._pool_index.get(self._pool_key(cells[i]), -1)
+        return mean + self._pool_d[idx], np.sqrt(sd ** 2 + self._pool_v[idx])
 
     def _fit_pool(self) -> None:
         """The middle level of the hierarchy: per pool (a website, or a website at an RTT bin) and configuration,
@@ -448,12 +588,13 @@ class TailorPolicy(Policy):
         moments, pools with >= 5 page loads of a configuration), estimated from the residuals of the pool's cells
         (each cell's level taken out); a cell's own page loads are left out of its estimate (they update the cell
         itself in :meth:`_posterior`), a cell with none gets the pool's."""
-        self._pool_group, self._pool_cell = {}, {}
-        keys = [k for k, (n, _) in self._stats.items() if n.sum() > 0]
-        if self.pool == "none" or not keys or not self._n:
+        self._pool_d = self._pool_v = None
+        n, total = self._stats.used()
+        on = np.flatnonzero(n.sum(axis=1) > 0)
+        if self.pool == "none" or not len(on) or not self._n:
             return
-        n = np.array([self._stats[k][0] for k in keys])
-        total = np.array([self._stats[k][1] for k in keys])
+        keys = [self._stats.keys_[i] for i in on.tolist()]
+        n, total = n[on], total[on]
         _, mean, sd, level = self._predict_many([k + (0,) for k in keys])
         s2 = self._sigma2
         base, _ = self._own_level(n, total, mean, level, s2)
@@ -472,27 +613,35 @@ class TailorPolicy(Policy):
             terms = (r_g[ok] / n_g[ok]) ** 2 - s2 / n_g[ok] - v_g[ok] / n_g[ok]
             self._tau2_pool = float(np.clip(np.mean(terms), 1e-4, 0.5))
         shrink = s2 / self._tau2_pool
-        for key, g in names.items():
-            self._pool_group[key] = (r_g[g] / (n_g[g] + shrink), s2 / (n_g[g] + shrink))
         r_c, n_c = r_g[inv] - resid, n_g[inv] - n  # leave the cell out
-        d_c, v_c = r_c / (n_c + shrink), s2 / (n_c + shrink)
-        for i, k in enumerate(keys):
-            self._pool_cell[k] = (d_c[i], v_c[i])
+        # rows: the level cells with data (by their row of the cell statistics), the pools, then "no pool"
+        # (no correction, variance tau_p^2); the baseline's column has none
+        self._pool_d = np.vstack([r_c / (n_c + shrink), r_g / (n_g + shrink), np.zeros((1, n.shape[1]))])
+        self._pool_v = np.vstack([s2 / (n_c + shrink), s2 / (n_g + shrink), np.full((1, n.shape[1]), self._tau2_pool)])
+        self._pool_d[:, self._base] = self._pool_v[:, self._base] = 0.0
+        self._pool_at = np.full(len(self._stats), -1)
+        self._pool_at[on] = np.arange(len(on))
+        self._pool_index = {key: len(on) + g for key, g in names.items()}
 
-    def _posterior(self, cells: Sequence[tuple], groups: Sequence[str], mean: np.ndarray, sd: np.ndarray,
-                   level: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _posterior(self, cells: Sequence[tuple], groups: Sequence[str] | tuple[list[str], np.ndarray], mean: np.ndarray,
+                   sd: np.ndarray, level: np.ndarray, srow: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Posterior mean and sd of delta(x, c) for every configuration in each cell, the cell's log baseline level
         and that level's posterior variance: the shared model is the prior of the cell's own page loads
         (normal-normal, prior variance = the model's parameter variance + its misfit tau^2), so a cell with no
         data is the shared model and a cell with many page loads is its own data."""
         n = np.zeros(mean.shape)
         total = np.zeros(mean.shape)
-        for i, cell in enumerate(cells):
-            hit = self._stats.get(cell[:5])
-            if hit is not None:
-                n[i], total[i] = hit
-        noise = {g: self._noise(g) for g in set(groups)}
-        s2 = np.array([noise[g] for g in groups])[:, None]
+        row = self._stats.find([cell[:5] for cell in cells]) if srow is None else srow
+        has = row >= 0
+        n[has], total[has] = self._stats.data[:, row[has]]
+        if isinstance(groups, tuple):  # (the distinct groups, each cell's index into them)
+            names, gidx = groups
+        else:
+            index: dict[str, int] = {}
+            gidx = np.fromiter((index.setdefault(g, len(index)) for g in groups), np.int64, len(groups))
+            names = list(index)
+        s2 = np.array([self._noise(g) for g in names])[gidx][:, None]
         default = self._base
         v0 = np.maximum(sd ** 2 + self._tau2, 1e-12)
         # the cell's own level (random effect around the shared level), then its configurations' effects
@@ -500,11 +649,8 @@ class TailorPolicy(Policy):
         var = 1.0 / (1.0 / v0 + n / s2)
         delta = var * (mean / v0 + (total - n * base) / s2)
         delta[:, default], var[:, default] = 0.0, 0.0
-        widen = np.ones((len(groups), 1))
-        for i, g in enumerate(groups):
-            since = self._since_alarm.get(g)
-            if since is not None and since < self.reopen:
-                widen[i] = 2.0 - since / self.reopen
+        since = np.array([self._since_alarm.get(g, self.reopen) for g in names], dtype=float)
+        widen = np.maximum(2.0 - since / self.reopen, 1.0)[gidx][:, None]
         return delta, np.sqrt(var) * widen * self._kappa, base[:, 0], base_var[:, 0]
 
     def _own_level(self, n: np.ndarray, total: np.ndarray, mean: np.ndarray, level: np.ndarray,
@@ -618,24 +764,19 @@ class TailorPolicy(Policy):
         # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
         self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
             + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
-        played = self._played.setdefault(group, {})
-        if cell not in played:
-            played[cell] = np.zeros(len(self.space))
-        played[cell][c] += y
+        self._played.data[0, self._played.row(cell), c] += y
         n_g, sum_g = self._times.get(group, (0, 0.0))
         self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         raw = math.log(y)
         offset = self._offset(ctx)
         logy = raw - offset  # the client's persistent part, estimated from its earlier page loads, taken out
-        n_cell = self._stats.get(cell[:5], (np.zeros(1), None))[0].sum()
+        n_cell = self._stats[cell[:5]][0].sum() if cell[:5] in self._stats else 0.0
         if self._n and n_cell >= 10:  # a residual means something once the model is fitted and the cell's level known
             self._client_update(ctx, raw - level - float(mean[c]))
         self._learn_website(cell[0], outcome.bytes)
-        if cell not in self._rows:
-            self._rows[cell] = (np.zeros(len(self.space)), np.zeros(len(self.space)))
-        agg = self._rows[cell]
-        agg[0][c] += 1
-        agg[1][c] += logy
+        i = self._rows.row(cell)
+        self._rows.data[0, i, c] += 1
+        self._rows.data[1, i, c] += logy
         self._yy += logy * logy
         # the change test: standardised error of the prediction made before this page load was known
         # the change test starts once the model is fitted and the cell's level is its own data's
@@ -658,10 +799,9 @@ class TailorPolicy(Policy):
         if max(cu) > self.cusum_h:  # forget the group's own data: its cells start again from the shared model
             self._alarms.append((ctx.time_s, group))
             cu[0] = cu[1] = 0.0
-            for key in [k for k in self._stats if self._group(k) == group]:
-                del self._stats[key]
+            self._forget(group)
             self._since_alarm[group] = 0
-        n, total = self._stats.setdefault(cell[:5], (np.zeros(len(self.space)), np.zeros(len(self.space))))
+        n, total = self._stats.data[:, self._stats.row(cell[:5])]
         if n[c] > 0:  # Welford: the within-(cell, configuration) sum of squares of the group grows
             ss, dof = self._gss.get(group, (0.0, 0))
             self._gss[group] = (ss + n[c] / (n[c] + 1.0) * (logy - total[c] / n[c]) ** 2, dof + 1)
@@ -675,23 +815,39 @@ class TailorPolicy(Policy):
         if site not in self._size and nbytes > 0:
             self._size[site] = (math.log(nbytes) - SIZE_CENTER) / SIZE_SCALE
 
+    def _forget(self, group: str) -> None:
+        """A change-point alarm: the group's cells' own data are forgotten (their rows zeroed)."""
+        rows = [i for i, key in enumerate(self._stats.keys_) if self._group(key) == group]
+        self._stats.data[:, rows] = 0.0
+
     def _observe_batch(self, items: Sequence[tuple[Context, Decision, Outcome]]) -> None:
+        with threadpool_limits(1):  # products of a few thousand rows: threads cost more than they bring
+            self._fold_batch(items)
+
+    def _fold_batch(self, items: Sequence[tuple[Context, Decision, Outcome]]) -> None:
         """Fold many outcomes at once (the manager's ingest): what :meth:`_observe` does per page load, in order,
         except that every prediction it uses (the budget's bounds, the change test's errors, the clients'
-        residuals) is the state's from before the batch -- the edges decided the whole batch with one table --
-        and a client's covariance term uses its mean residual from before the batch. Sums (slack, the shared
-        model's rows, the cells' statistics and the within-cell sum of squares, combined by Chan et al.'s
-        formula) are those of the sequential updates; the change test runs page load by page load."""
+        residuals and offsets) is the state's from before the batch -- the edges decided the whole batch with one
+        table. Sums (slack, the shared model's rows, the cells' statistics and the within-cell sum of squares,
+        combined by Chan et al.'s formula, the clients' residual sums and covariance terms) are those of the
+        sequential updates; the change test runs page load by page load (:func:`cusum_run`). Python work is per
+        distinct cell, level cell, group and client; per page load only the fields are read."""
         m, n_cfg = len(items), len(self.space)
         ctxs = [it[0] for it in items]
-        cells, inv = self._cells_of(ctxs)
+        cells, inv, parts, code = self._cells_of(ctxs, parts=True)
         cfg = np.fromiter((it[1].config for it in items), np.int64, m)
         y = np.maximum(np.fromiter((it[2].completion_ms for it in items), float, m), 1e-3)
-        groups = [self._group(cell) for cell in cells]
-        names = sorted(set(groups))
-        number = {g: j for j, g in enumerate(names)}
-        gidx = np.array([number[g] for g in groups])[inv]
-        mean, sd, level, level_var = self._effects_many(cells, groups)
+        # client groups (RTT bin x goodput bin) and level cells (the cell without its hour), by their codes
+        gcode = parts[2] * (len(GOODPUT_EDGES) + 2) + parts[3] + 1
+        _, gfirst, g_cell = np.unique(gcode, return_index=True, return_inverse=True)
+        names = [self._group(cells[i]) for i in gfirst.tolist()]
+        gidx = g_cell[inv]
+        _, lfirst, l_cell = np.unique(code // HOUR_BINS, return_index=True, return_inverse=True)
+        level_cells = [cells[i][:5] for i in lfirst.tolist()]
+        lrow = self._stats.find(level_cells)
+        pairs = np.unique(inv * n_cfg + cfg)
+        mean, sd, level, level_var = self._effects_many(cells, (names, g_cell), (pairs // n_cfg, pairs % n_cfg),
+                                                        parts, lrow[l_cell])
         mean, sd, level, level_var = mean[inv, cfg], sd[inv, cfg], level[inv], level_var[inv]
         base = cfg == self._base
         ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
@@ -707,14 +863,9 @@ class TailorPolicy(Policy):
             n_g, sum_g = self._times.get(g, (0, 0.0))
             self._times[g] = (n_g + int(count[j]), sum_g + float(low[j]))
         pair = inv * n_cfg + cfg
-        played = np.bincount(pair, y, len(cells) * n_cfg).reshape(len(cells), n_cfg)
-        for u, (cell, g) in enumerate(zip(cells, groups)):
-            mine = self._played.setdefault(g, {})
-            if cell in mine:
-                mine[cell] += played[u]
-            else:
-                mine[cell] = played[u].copy()
-        # clients' offsets (from before the batch) and their residuals, page load by page load
+        crow = self._played.rows(cells)
+        self._played.data[0, crow] += np.bincount(pair, y, len(cells) * n_cfg).reshape(len(cells), n_cfg)
+        # clients' offsets (from before the batch), then their residuals
         raw = np.log(y)
         ids = [ctx.client.client_id for ctx in ctxs]
         logy = raw.copy()
@@ -722,12 +873,12 @@ class TailorPolicy(Policy):
             shrink = self._sigma2 / self._client_var
             logy -= np.fromiter((h[1] / (h[0] + shrink) if (h := self._clients.get(i)) is not None else 0.0
                                  for i in ids), float, m)
-        n_cell = np.array([float(self._stats[cell[:5]][0].sum()) if cell[:5] in self._stats else 0.0
-                           for cell in cells])[inv]
-        live = (n_cell >= 10) & (self._n > 0)  # the model is fitted and the cell's level known
+        n_level = np.where(lrow >= 0, self._stats.data[0, lrow].sum(axis=1), 0.0)
+        lidx = l_cell[inv]
+        live = (n_level[lidx] >= 10) & (self._n > 0)  # the model is fitted and the cell's level known
         resid = raw - level - mean
-        for k in np.flatnonzero(live).tolist():
-            self._client_update(ctxs[k], float(resid[k]))
+        if live.any():
+            self._clients_update([ids[k] for k in np.flatnonzero(live).tolist()], resid[live])
         # the change test's standardised errors and the calibration's squared errors (non-baseline)
         s2 = np.array([self._noise(g) for g in names])[gidx]
         err = logy - level - mean
@@ -738,66 +889,92 @@ class TailorPolicy(Policy):
         self._z2 = [self._z2[0] + float(e2.sum()), self._z2[1] + float(e2 @ e2), self._z2[2] + float(v_eff.sum()),
                     self._z2[3] + float(off.sum())]
         keep = np.ones(m, dtype=bool)
-        cusums = [self._cusum.setdefault(g, [0.0, 0.0]) for g in names]
-        last: dict[int, int] = {}  # group -> position of its last alarm in the batch
-        drift, h = self.cusum_drift, self.cusum_h
-        for k, (j, zk) in enumerate(zip(gidx.tolist(), z.tolist())):
-            cu = cusums[j]
-            cu[0] = max(0.0, cu[0] + zk - drift)
-            cu[1] = max(0.0, cu[1] - zk - drift)
-            if cu[0] > h or cu[1] > h:
-                self._alarms.append((ctxs[k].time_s, names[j]))
-                cu[0] = cu[1] = 0.0
-                last[j] = k
-        position = np.arange(m)
+        order = np.argsort(gidx, kind="stable")
+        bounds = np.searchsorted(gidx[order], np.arange(len(names) + 1))
+        alarms: list[tuple[int, str]] = []
         for j, g in enumerate(names):
-            if j in last:  # forget the group's own data: its cells start again from the shared model
-                for key in [key for key in self._stats if self._group(key) == g]:
-                    del self._stats[key]
-                keep[(gidx == j) & (position < last[j])] = False
-                self._since_alarm[g] = int(np.sum((gidx == j) & (position > last[j])))
+            mine = order[bounds[j]:bounds[j + 1]]  # the group's page loads, in order
+            at = cusum_run(self._cusum.setdefault(g, [0.0, 0.0]), z[mine], self.cusum_drift, self.cusum_h)
+            if at:  # forget the group's own data: its cells start again from the shared model
+                alarms += [(int(mine[k]), g) for k in at]
+                last = int(mine[at[-1]])
+                self._forget(g)
+                keep[mine[mine < last]] = False
+                self._since_alarm[g] = int(np.sum(mine > last))
             elif g in self._since_alarm:
                 self._since_alarm[g] += int(count[j])
+        self._alarms += [(ctxs[k].time_s, g) for k, g in sorted(alarms)]
         # the cells' own statistics and the groups' within-(cell, configuration) sums of squares
-        levels: dict[tuple, int] = {}
-        lidx = np.array([levels.setdefault(cell[:5], len(levels)) for cell in cells])[inv]
         key = (lidx * n_cfg + cfg)[keep]
-        size = len(levels) * n_cfg
-        nb = np.bincount(key, minlength=size).reshape(len(levels), n_cfg).astype(float)
-        sb = np.bincount(key, logy[keep], size).reshape(len(levels), n_cfg)
-        qb = np.bincount(key, logy[keep] ** 2, size).reshape(len(levels), n_cfg)
-        for lc, i in levels.items():
-            if not nb[i].any():
-                continue
-            n, total = self._stats.setdefault(lc, (np.zeros(n_cfg), np.zeros(n_cfg)))
-            on = nb[i] > 0
-            mb, mean_b = nb[i][on], sb[i][on] / nb[i][on]
-            n0 = n[on]
-            within = np.maximum(qb[i][on] - sb[i][on] * mean_b, 0.0)  # the batch's own sum of squares
-            between = np.where(n0 > 0, n0 * mb / (n0 + mb) * (mean_b - total[on] / np.maximum(n0, 1.0)) ** 2, 0.0)
-            g = self._group(lc)
-            ss, dof = self._gss.get(g, (0.0, 0))
-            self._gss[g] = (ss + float(within.sum() + between.sum()), dof + int(mb.sum() - np.sum(n0 == 0)))
-            n += nb[i]
-            total += sb[i]
+        size = len(level_cells) * n_cfg
+        nb = np.bincount(key, minlength=size).reshape(len(level_cells), n_cfg).astype(float)
+        sb = np.bincount(key, logy[keep], size).reshape(len(level_cells), n_cfg)
+        qb = np.bincount(key, logy[keep] ** 2, size).reshape(len(level_cells), n_cfg)
+        touched = np.flatnonzero(nb.any(axis=1))
+        if len(touched):
+            nb, sb, qb = nb[touched], sb[touched], qb[touched]
+            row = self._stats.rows([level_cells[i] for i in touched.tolist()])
+            n0, t0 = self._stats.data[:, row]
+            on = nb > 0
+            mean_b = sb / np.maximum(nb, 1.0)
+            within = np.where(on, np.maximum(qb - sb * mean_b, 0.0), 0.0)  # the batch's own sums of squares
+            between = np.where(on & (n0 > 0), n0 * nb / np.maximum(n0 + nb, 1.0) * (mean_b - t0 / np.maximum(n0, 1.0)) ** 2, 0.0)
+            gl = g_cell[lfirst[touched]]
+            ss_g = np.bincount(gl, within.sum(axis=1) + between.sum(axis=1), len(names))
+            dof_g = np.bincount(gl, nb.sum(axis=1) - np.sum(on & (n0 == 0), axis=1), len(names))
+            for j in np.unique(gl).tolist():
+                ss, dof = self._gss.get(names[j], (0.0, 0))
+                self._gss[names[j]] = (ss + float(ss_g[j]), dof + int(round(dof_g[j])))
+            self._stats.data[0, row] += nb
+            self._stats.data[1, row] += sb
         # the shared model's rows since the last plan
-        rows_n = np.bincount(pair, minlength=len(cells) * n_cfg).reshape(len(cells), n_cfg).astype(float)
-        rows_t = np.bincount(pair, logy, len(cells) * n_cfg).reshape(len(cells), n_cfg)
-        for u, cell in enumerate(cells):
-            if cell in self._rows:
-                self._rows[cell][0][:] += rows_n[u]
-                self._rows[cell][1][:] += rows_t[u]
-            else:
-                self._rows[cell] = (rows_n[u].copy(), rows_t[u].copy())
+        row = self._rows.rows(cells)
+        self._rows.data[0, row] += np.bincount(pair, minlength=len(cells) * n_cfg).reshape(len(cells), n_cfg)
+        self._rows.data[1, row] += np.bincount(pair, logy, len(cells) * n_cfg).reshape(len(cells), n_cfg)
         self._yy += float(logy @ logy)
-        if any(cell[0] not in self._size or cell[0] not in self._sites for cell in cells):
+        if any(site not in self._size or site not in self._sites for site, _ in parts[0]):
             for ctx, _, out in items:
                 self._learn_website(ctx.website, out.bytes)
+
+    def _clients_update(self, ids: list[str], resid: np.ndarray) -> None:
+        """:meth:`_client_update` of many page loads, in order: per client its residuals' running sums (the
+        covariance term of each page load uses the client's mean residual before it), clients kept in order of
+        their latest page load, the least recently seen forgotten beyond MAX_CLIENTS."""
+        index: dict[str, int] = {}
+        who = np.fromiter((index.setdefault(i, len(index)) for i in ids), np.int64, len(ids))
+        clients = list(index)
+        prior = [self._clients.get(c) for c in clients]
+        n0 = np.array([0 if h is None else h[0] for h in prior], dtype=float)
+        s0 = np.array([0.0 if h is None else h[1] for h in prior])
+        order = np.argsort(who, kind="stable")
+        sorted_who, r = who[order], resid[order]
+        start = np.searchsorted(sorted_who, np.arange(len(clients)))
+        rank = np.arange(len(ids)) - start[sorted_who]  # earlier page loads of the client in this batch
+        cum = np.cumsum(r) - r  # exclusive: what came before, over all clients
+        before_s = s0[sorted_who] + cum - cum[start][sorted_who]
+        before_n = n0[sorted_who] + rank
+        seen = before_n > 0
+        self._cov_c[0] += float(np.sum(r[seen] * before_s[seen] / before_n[seen]))
+        self._cov_c[1] += float(seen.sum())
+        total_n = np.bincount(who, minlength=len(clients))
+        total_s = np.bincount(who, resid, len(clients))
+        latest = np.zeros(len(clients), dtype=np.int64)
+        latest[who] = np.arange(len(ids))  # the last assignment wins: each client's latest page load
+        for c in np.argsort(latest).tolist():
+            hit = prior[c]
+            if hit is None:
+                self._clients[clients[c]] = [int(total_n[c]), float(total_s[c])]
+            else:
+                hit[0] += int(total_n[c])
+                hit[1] += float(total_s[c])
+                self._clients.move_to_end(clients[c])
+        while len(self._clients) > MAX_CLIENTS:
+            self._clients.popitem(last=False)
 
     # -- slow loop: refit the shared model
     def _plan(self, now: float) -> None:
         self._now = now
-        if self._rows:
+        if len(self._rows):
             self._fold_rows()
         if self._n:
             with threadpool_limits(1):  # small dense algebra: threads cost more than they bring on a busy machine
@@ -823,9 +1000,8 @@ class TailorPolicy(Policy):
         its level (s = the sum of the cell's rows' phi), replacing the cell's previous one. Level cells are taken
         by website and device: a row of s is non-zero only on the psi entries its cells share and the hour
         entries, so each group's corrections are one product over the columns it touches."""
-        cells = list(self._rows)
-        count = np.array([self._rows[cell][0] for cell in cells])
-        total = np.array([self._rows[cell][1] for cell in cells])
+        cells = self._rows.keys_
+        count, total = self._rows.used()
         self._rows.clear()
         psi = self._psi_rows(cells)
         pint = psi[:, self._int]
@@ -880,15 +1056,15 @@ class TailorPolicy(Policy):
         pending: dict[str, float] = {}
         for group, cost in self._reserved.values():
             pending[group] = pending.get(group, 0.0) + cost
-        pairs = [(group, cell, times) for group, cells in self._played.items() for cell, times in cells.items()]
-        if not pairs:
+        cells = self._played.keys_
+        if not cells:
             return
-        groups, cells, times = zip(*pairs)
+        groups = [self._group(cell) for cell in cells]
         delta, sd, _, _ = self._effects_many(cells, groups)
         ucb = np.maximum(delta + self.budget_z * sd, 0.0)
         ucb[:, self._base] = 0.0
-        terms = np.sum(np.array(times) * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
-        slack = dict.fromkeys(self._played, 0.0)
+        terms = np.sum(self._played.used()[0] * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
+        slack = dict.fromkeys(groups, 0.0)
         for group, term in zip(groups, terms.tolist()):
             slack[group] += term
         for group, total in slack.items():
@@ -943,9 +1119,10 @@ class TailorPolicy(Policy):
         """tau^2: how far cells' own configuration effects stray from the shared model's beyond noise and
         parameter variance, from every (cell, configuration) with at least 5 page loads, the cell's level
         taken out (method of moments)."""
-        keys = [key for key, (n, _) in self._stats.items() if n.sum() >= 10]
-        n = np.array([self._stats[key][0] for key in keys]).reshape(len(keys), len(self.space))
-        total = np.array([self._stats[key][1] for key in keys]).reshape(n.shape)
+        n, total = self._stats.used()
+        on = np.flatnonzero(n.sum(axis=1) >= 10)
+        keys = [self._stats.keys_[i] for i in on.tolist()]
+        n, total = n[on], total[on]
         ok = n >= 5
         ok[:, self._base] = False
         rows = ok.any(axis=1)

@@ -400,3 +400,23 @@ def test_state_pickles_and_an_earlier_layout_is_refused_with_the_reason():
     del old["_layout"]
     with pytest.raises(ParameterError, match="layout 1.*fresh --data"):
         pickle.loads(pickle.dumps(pol)).__setstate__(old)
+
+
+def test_cell_rows_grow_and_keep_their_sums():
+    """CellRows: rows keep their sums while the arrays grow past their first capacity, one by one or many at
+    once; an absent key has row -1; clear forgets every row."""
+    from tailor.policies.tailor import CellRows
+
+    table = CellRows(2, 3)
+    for k in range(40):  # one by one, past the initial 16 rows
+        i = table.row(("c", k))
+        table.data[:, i, k % 3] += k
+    rows = table.rows([("c", 5), ("d", 1), ("c", 39), ("d", 2)] + [("e", k) for k in range(30)])
+    assert rows[:4].tolist() == [5, 40, 39, 41]
+    table.data[1, rows] += 1.0
+    assert len(table) == 72 and table.find([("c", 7), ("zz",)]).tolist() == [7, -1]
+    assert table[("c", 7)][0].tolist() == [0.0, 7.0, 0.0]
+    assert table[("c", 5)][1].tolist() == [1.0, 1.0, 6.0]
+    assert table[("e", 29)][1].tolist() == [1.0, 1.0, 1.0]
+    table.clear()
+    assert len(table) == 0 and table.find([("c", 5)]).tolist() == [-1]

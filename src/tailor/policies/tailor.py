@@ -764,7 +764,8 @@ class TailorPolicy(Policy):
         # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
         self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
             + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
-        self._played.data[0, self._played.row(cell), c] += y
+        i = self._played.row(cell)  # (may grow the arrays: the row first)
+        self._played.data[0, i, c] += y
         n_g, sum_g = self._times.get(group, (0, 0.0))
         self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         raw = math.log(y)
@@ -801,7 +802,8 @@ class TailorPolicy(Policy):
             cu[0] = cu[1] = 0.0
             self._forget(group)
             self._since_alarm[group] = 0
-        n, total = self._stats.data[:, self._stats.row(cell[:5])]
+        i = self._stats.row(cell[:5])
+        n, total = self._stats.data[:, i]
         if n[c] > 0:  # Welford: the within-(cell, configuration) sum of squares of the group grows
             ss, dof = self._gss.get(group, (0.0, 0))
             self._gss[group] = (ss + n[c] / (n[c] + 1.0) * (logy - total[c] / n[c]) ** 2, dof + 1)

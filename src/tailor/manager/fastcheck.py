@@ -70,8 +70,50 @@ def _keyword_check(key: str, value: Any) -> Check | None:
     return None
 
 
+_FAST_TYPES = {
+    "string": "type(v) is str",
+    "boolean": "type(v) is bool",
+    "integer": "(type(v) is int or (type(v) is float and v.is_integer()))",
+    "number": "(type(v) is int or type(v) is float)",
+    "object": "type(v) is dict",
+    "array": "type(v) is list",
+}
+
+
+def compile_fast(schema: dict) -> Callable[[Any], bool]:
+    """A predicate that is True only for values the schema accepts, as one generated expression (no call per
+    keyword): exact JSON types, then every keyword inline. It may say False for a valid value of an unusual type
+    (a subclass); :func:`compile_property` then runs the keyword checks, which decide and word the error."""
+    consts: dict[str, Any] = {}
+
+    def const(value: Any) -> str:
+        name = f"_c{len(consts)}"
+        consts[name] = value
+        return name
+
+    parts = [_FAST_TYPES[schema["type"]]] if "type" in schema else []
+    is_str = "" if schema.get("type") == "string" else "type(v) is str and "
+    is_num = "" if schema.get("type") in ("number", "integer") else "(type(v) is int or type(v) is float) and "
+    ops = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+    for key, value in schema.items():
+        if key in ops:
+            parts.append(f"({is_num}v {ops[key]} {const(value)})")
+        elif key == "enum":
+            parts.append(f"(type(v) is not bool and v in {const(list(value))})")
+        elif key == "const":
+            parts.append(f"(v == {const(value)} and type(v) is {const(type(value))})")
+        elif key == "pattern":
+            parts.append(f"({is_str}{const(ecma_pattern(value))}.search(v) is not None)")
+        elif key == "minLength":
+            parts.append(f"({is_str}len(v) >= {const(value)})")
+        elif key == "maxLength":
+            parts.append(f"({is_str}len(v) <= {const(value)})")
+    return eval("lambda v: " + (" and ".join(parts) or "True"), consts)  # noqa: S307 (built from the schema file)
+
+
 def compile_property(schema: dict) -> Check:
-    """One closure checking a value against a (flat) property schema; first failing keyword wins."""
+    """One closure checking a value against a (flat) property schema; first failing keyword wins. Values the
+    generated predicate (:func:`compile_fast`) accepts pass at once."""
     unknown = set(schema) - _HANDLED
     if unknown:
         raise TelemetryError(f"fastcheck cannot compile schema keywords {sorted(unknown)}; extend tailor.manager.fastcheck")
@@ -79,8 +121,11 @@ def compile_property(schema: dict) -> Check:
     numeric = schema.get("type") in ("number", "integer")
     textual = schema.get("type") == "string"
     rest = [c for k, v in schema.items() if k != "type" and (c := _keyword_check(k, v)) is not None]
+    fast = compile_fast(schema)
 
     def check(value: Any) -> str | None:
+        if fast(value):
+            return None
         if type_check is not None and (msg := type_check(value)):
             return msg
         if (numeric and isinstance(value, bool)) or (textual and not isinstance(value, str)):
@@ -104,6 +149,8 @@ def _record_spec() -> tuple[dict[str, Check], tuple[str, ...], int]:
 
 
 PROPS, REQUIRED, MAX_RECORDS = _record_spec()
+FAST = {name: compile_fast(sub) for name, sub in
+        load_schema("telemetry.schema.json")["properties"]["records"]["items"]["properties"].items()}
 _HEADER_SCHEMA = load_schema("telemetry.schema.json")
 HEADER = {k: compile_property(v) for k, v in _HEADER_SCHEMA["properties"].items() if k != "records"}
 HEADER_REQUIRED = tuple(_HEADER_SCHEMA["required"])
@@ -119,6 +166,11 @@ def record_error(rec: Any) -> tuple[str, str] | None:
     extra = [k for k in rec if k not in PROPS]
     if extra:
         return "", f"Additional properties are not allowed ({', '.join(map(repr, extra))} {'was' if len(extra) == 1 else 'were'} unexpected)"
+    for name, value in rec.items():  # the common case: every value passes its generated predicate
+        if not FAST[name](value):
+            break
+    else:
+        return None
     for name in _sorted_keys(rec):
         msg = PROPS[name](rec[name])
         if msg:

@@ -277,6 +277,9 @@ def test_restart_resumes_table_and_learned_state(tmp_path):
         mgr = c.app.state.manager
         stats = learned(mgr.policy)
         assert mgr.policy.name == "tailor" and sum(map(sum, stats.values())) > 0  # the manager's default
+        # feeding telemetry decides nothing: the outcomes reach their groups by group_of (no reservations and no
+        # decision counts, which select would leave behind)
+        assert not mgr.policy._reserved and not mgr.policy._seen
         guard, archive_n, fed = copy.deepcopy(mgr.guard), len(mgr.archive), mgr.fed_seq
     with TestClient(create_app(cfg(tmp_path, policy=default)), headers=AUTH) as c:
         mgr = c.app.state.manager

@@ -216,8 +216,8 @@ class Feeder:
             report.foreign += 1
             return
         ctx = Context(t, prefix, self._client(prefix, addr, device, asn, region), self.sites(sni), rtt or 0.0, history)
-        if group is None or group not in self.policy_groups:
-            group = self.policy.select(ctx).group
+        if group is None or group not in self.policy_groups:  # the learner's own group, without deciding
+            group = self.policy.group_of(ctx)
         decision = Decision(index, prob, group, "holdback" if hold else "table")
         outcomes.append((ctx, decision, Outcome(done_ms, goodput or 0.0, rtt or 0.0, loss, int(nbytes))))
         report.observed += 1

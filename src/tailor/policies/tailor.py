@@ -375,6 +375,7 @@ class TailorPolicy(Policy):
         # page loads since the last plan, aggregated: cell -> (count, sum of log y) per configuration; a row of the
         # design depends only on its cell and configuration, so the refit costs per cell, not per page load
         self._rows = CellRows(2, len(space))
+        self._recent: dict[tuple, float] = {}  # level cell -> its page loads in the last period (table probes)
         self._mu = np.zeros(dim)
         self._set_cov(np.diag(1.0 / self._prior_prec))
         self._sigma2 = 0.1
@@ -687,16 +688,7 @@ class TailorPolicy(Policy):
         safe = int(np.argmin(ucb))
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
-        # a probe: the most promising configuration that may beat the safe one by min_gain
-        optimistic = mean - self.explore_beta * sd
-        plausible = optimistic < ucb[safe] - self.min_gain
-        plausible[safe] = False
-        if plausible.any() and seen[1] < self.explore_share * seen[0]:
-            rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
-            rank = rank + 1e-6 * self._rng.random(len(rank))  # ties (e.g. every one-knob change under the prior) at random
-            if self.probe == "local" and (plausible & self._near[safe]).any():
-                plausible = plausible & self._near[safe]  # a trust region: one knob changed from the safe choice
-            opt = int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
+        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe)) is not None:
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
@@ -708,20 +700,40 @@ class TailorPolicy(Policy):
                 return Decision(best, 1.0, gid, "exploit")
         return Decision(safe, 1.0, gid, "default" if safe == default else "exploit")
 
-    def _afford(self, ctx: Context, group: str, level: float, level_var: float, ucb: float) -> bool:
-        """Whether the group's slack pays the pessimistic cost of a configuration with this UCB here; if so,
-        the cost is reserved until the outcome arrives. The baseline's time here, pessimistically: the 99th
-        percentile of the cell's baseline time (its level's posterior and the group's noise); before the level
+    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int) -> int | None:
+        """The probe of a cell, if any: among the configurations whose optimistic bound may beat the safe choice
+        by ``min_gain``, the first by ``probe`` (module docstring); ties (e.g. every one-knob change under the
+        prior) at random."""
+        optimistic = mean - self.explore_beta * sd
+        plausible = optimistic < ucb[safe] - self.min_gain
+        plausible[safe] = False
+        if not plausible.any():
+            return None
+        rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
+        rank = rank + 1e-6 * self._rng.random(len(rank))
+        if self.probe == "local" and (plausible & self._near[safe]).any():
+            plausible = plausible & self._near[safe]  # a trust region: one knob changed from the safe choice
+        return int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
+
+    def _cost(self, group: str, level: float, level_var: float, ucb: float) -> float:
+        """The pessimistic budget cost (ms) of one page load with a configuration of this UCB in a cell: the 99th
+        percentile of the cell's baseline time (its level's posterior and the group's noise; before the level
         model is fitted, the larger of the group's observed mean and the prior level, times the 99th-percentile
-        noise factor. Nothing is afforded before the group has 10 page loads."""
+        noise factor) times ``exp(UCB) - 1 - alpha``."""
         n_g, sum_g = self._times.get(group, (0, 0.0))
         s2 = self._noise(group)
         if self._n:
             high = math.exp(level + 2.33 * math.sqrt(s2 + level_var))
         else:
             high = math.exp(2.33 * math.sqrt(s2)) * max(math.exp(level), sum_g / max(n_g, 1))
-        cost = max(high * (math.exp(ucb) - 1.0 - self.alpha), 0.0)
-        if n_g < 10 or self._slack.get(group, 0.0) < cost:
+        return max(high * (math.exp(ucb) - 1.0 - self.alpha), 0.0)
+
+    def _afford(self, ctx: Context, group: str, level: float, level_var: float, ucb: float) -> bool:
+        """Whether the group's slack pays the pessimistic cost of a configuration with this UCB here; if so,
+        the cost (:meth:`_cost`) is reserved until the outcome arrives. Nothing is afforded before the group has
+        10 page loads."""
+        cost = self._cost(group, level, level_var, ucb)
+        if self._times.get(group, (0, 0.0))[0] < 10 or self._slack.get(group, 0.0) < cost:
             return False
         self._slack[group] = self._slack.get(group, 0.0) - cost
         self._reserved[_key(ctx)] = (group, cost)
@@ -761,13 +773,14 @@ class TailorPolicy(Policy):
         c = decision.config
         mean, sd, level, level_var = self._effects(cell, group)
         ucb = 0.0 if c == self._base else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
-        # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
-        self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
-            + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
-        i = self._played.row(cell)  # (may grow the arrays: the row first)
-        self._played.data[0, i, c] += y
-        n_g, sum_g = self._times.get(group, (0, 0.0))
-        self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
+        if decision.arm != "holdback":  # the operator's holdback is not the policy's decision: not in its budget
+            # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
+            self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
+                + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
+            i = self._played.row(cell)  # (may grow the arrays: the row first)
+            self._played.data[0, i, c] += y
+            n_g, sum_g = self._times.get(group, (0, 0.0))
+            self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         raw = math.log(y)
         offset = self._offset(ctx)
         logy = raw - offset  # the client's persistent part, estimated from its earlier page loads, taken out
@@ -854,19 +867,23 @@ class TailorPolicy(Policy):
         base = cfg == self._base
         ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
         # budget: the realised terms replace the reservations; the groups' baseline-time estimates
+        # (the operator's holdback page loads are not the policy's decisions: not in its budget)
+        own = np.fromiter((it[1].arm != "holdback" for it in items), bool, m)
         term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
         if self._reserved:
             term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)
-        slack = np.bincount(gidx, term, len(names))
+        slack = np.bincount(gidx, term * own, len(names))
         count = np.bincount(gidx, minlength=len(names))
-        low = np.bincount(gidx, y * np.exp(-ucb), len(names))
+        owned = np.bincount(gidx, own, len(names))
+        low = np.bincount(gidx, y * np.exp(-ucb) * own, len(names))
         for j, g in enumerate(names):
-            self._slack[g] = self._slack.get(g, 0.0) + float(slack[j])
-            n_g, sum_g = self._times.get(g, (0, 0.0))
-            self._times[g] = (n_g + int(count[j]), sum_g + float(low[j]))
+            if owned[j] or g in self._times:
+                self._slack[g] = self._slack.get(g, 0.0) + float(slack[j])
+                n_g, sum_g = self._times.get(g, (0, 0.0))
+                self._times[g] = (n_g + int(owned[j]), sum_g + float(low[j]))
         pair = inv * n_cfg + cfg
         crow = self._played.rows(cells)
-        self._played.data[0, crow] += np.bincount(pair, y, len(cells) * n_cfg).reshape(len(cells), n_cfg)
+        self._played.data[0, crow] += np.bincount(pair, y * own, len(cells) * n_cfg).reshape(len(cells), n_cfg)
         # clients' offsets (from before the batch), then their residuals
         raw = np.log(y)
         ids = [ctx.client.client_id for ctx in ctxs]
@@ -976,6 +993,7 @@ class TailorPolicy(Policy):
     # -- slow loop: refit the shared model
     def _plan(self, now: float) -> None:
         self._now = now
+        self._recent = {}
         if len(self._rows):
             self._fold_rows()
         if self._n:
@@ -1005,6 +1023,8 @@ class TailorPolicy(Policy):
         cells = self._rows.keys_
         count, total = self._rows.used()
         self._rows.clear()
+        for cell, n in zip(cells, count.sum(axis=1).tolist()):
+            self._recent[cell[:5]] = self._recent.get(cell[:5], 0.0) + n
         psi = self._psi_rows(cells)
         pint = psi[:, self._int]
         g_inc, h_inc = gram(psi, pint, self._e, count, total)
@@ -1162,6 +1182,7 @@ class TailorPolicy(Policy):
             return groups, rules
         hour = int((self._now % 86400.0) // (86400.0 / HOUR_BINS))
         sites = sorted(self._sites)
+        left: dict[str, list[float]] = {}  # per client group: mean and variance of the costs promised to this table
         for prefix, h in archive.items(0.0):
             rtt = _bin(RTT_EDGES, max(h.rtt_ms, 0.1))
             gp = _bin(GOODPUT_EDGES, max(h.goodput_mbps, 1e-3))
@@ -1172,13 +1193,48 @@ class TailorPolicy(Policy):
                     group = self._group(cell)
                     gid = f"{group}|{site}|{device}|{loss}|{hour}"
                     if gid not in groups:
-                        mean, sd, _, _ = self._effects(cell, group)
-                        ucb = mean + self.beta * sd
-                        ucb[self._base] = 0.0
-                        groups[gid] = {int(np.argmin(ucb)): 1.0}
-                    if next(iter(groups[gid])) != self._base:
+                        groups[gid] = self._table_choice(cell, group, left)
+                    if groups[gid] != {self._base: 1.0}:
                         rules.append({"prefix": prefix, "sni": site, "device": device, "group": gid})
         return groups, rules
+
+    def _table_choice(self, cell: tuple, group: str, left: dict[str, list[float]]) -> dict[int, float]:
+        """A table group's choices: as :meth:`_select` decides, with probabilities: the greedy choice when it beats
+        the safe one by ``min_gain`` (``exploit='greedy'``), else the safe one, and the cell's probe
+        (:meth:`_probe_of`) with probability ``explore_share``, each non-safe choice only when the group's slack pays
+        for it. Edges draw from the table until the next plan, so what they will draw is paid in advance: a cell
+        is expected to see as many page loads as in the last period (Poisson), each non-safe one at its pessimistic
+        cost (:meth:`_cost`); the group's promised costs, their mean plus three standard deviations, must stay within
+        its slack (``left``: per group, the mean and variance promised so far). No probe before the group has 10
+        page loads or for a cell without page loads in the last period."""
+        mean, sd, level, level_var = self._effects(cell, group)
+        ucb = mean + self.beta * sd
+        ucb[self._base] = 0.0
+        safe = int(np.argmin(ucb))
+        loads = self._recent.get(cell[:5], 0.0)
+        if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:
+            return {safe: 1.0}
+        slack = self._slack.get(group, 0.0)
+        promised = left.setdefault(group, [0.0, 0.0])
+
+        def pay(share: float, c: int) -> bool:  # promise the cost of drawing c with probability share here
+            cost = self._cost(group, level, level_var, float(mean[c] + self.budget_z * sd[c]))
+            m, v = promised[0] + share * loads * cost, promised[1] + share * loads * cost * cost
+            if m + 3.0 * math.sqrt(v) > slack:
+                return False
+            promised[0], promised[1] = m, v
+            return True
+
+        share = self.explore_share
+        main = safe
+        if self.exploit == "greedy":
+            best = int(np.argmin(mean))
+            if best != safe and mean[best] < ucb[safe] - self.min_gain and pay(1.0 - share, best):
+                main = best
+        probe = self._probe_of(mean, sd, ucb, main) if share > 0.0 else None
+        if probe is None or not pay(share, probe):
+            return {main: 1.0}
+        return {main: 1.0 - share, probe: share}
 
     def table_groups(self):
         self._table_cache = self._table()  # compile_table asks for the groups, then the rules

@@ -502,3 +502,35 @@ def test_ope_gate_publishes_learned_tables_and_keeps_a_slower_one_out(tmp_path):
         # a rollback is never held back by the gate
         assert mgr._maybe_publish(bad, [], [{"group": "g", "config": slow, "reason": "test"}], now)
         assert mgr.current.version == version + 1
+
+
+def test_feed_marks_what_a_guardrail_served_and_tailor_does_not_charge_it(tmp_path):
+    """A configuration the policy's own (planned) table does not give a record's group was served by a guardrail
+    (stickiness kept the incumbent): the feed passes it as arm 'served', and tailor learns from it without
+    charging its budget; a configuration from the policy's table is charged."""
+    from tailor.grouping import PrefixArchive
+    from tailor.manager.feed import Feeder
+    from tailor.manager.guardrails import GuardState
+    from tailor.policies import PolicyEnv, make_policy
+    from tailor.space import ConfigSpace
+
+    space = ConfigSpace.named("core")
+    archive = PrefixArchive(0.3)
+    policy = make_policy("tailor", seed=0).reset(space, PolicyEnv(archive=archive))
+    feeder = Feeder(policy, archive, GuardState())
+    base = space.configs[policy.baseline_index].id
+    other = next(c.id for c in space.configs if c.id != base)
+    feeder.set_policy_table({"groups": [{"id": "g1", "choices": [{"config": base, "p": 1.0}]}]})
+
+    def row(seq, cid):  # seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, bytes, asn, region
+        return (seq, T0 + seq, "10.1.2.0/24", None, "g1", cid, 1.0, False, "shop.example", "desktop", 5000.0, 80.0,
+                5.0, 0.0, 100_000, None, None)
+
+    feeder.feed([row(1, other)])
+    assert policy._slack == {} and policy._n == 0 and len(policy._rows) == 1  # learned from, not charged
+    feeder.feed([row(2, other), row(3, base)])
+    (group, slack), = policy._slack.items()
+    assert slack == pytest.approx(policy.alpha * 5000.0)  # only the baseline page load: alpha x its time
+    feeder.set_policy_table({"groups": [{"id": "g1", "choices": [{"config": base, "p": 0.9}, {"config": other, "p": 0.1}]}]})
+    feeder.feed([row(4, other)])
+    assert policy._slack[group] < slack  # the policy's own probe is charged

@@ -422,16 +422,16 @@ def test_cell_rows_grow_and_keep_their_sums():
     assert len(table) == 0 and table.find([("c", 5)]).tolist() == [-1]
 
 
-def test_tables_probe_only_what_the_slack_pays_and_holdback_is_not_charged():
+def test_tables_probe_only_what_the_slack_pays_and_guardrail_service_is_not_charged():
     """In table mode the probes are in the table: a cell's probe with probability explore_share next to its main
     choice, only when the group's slack pays for what edges will draw until the next plan; none without slack.
-    The operator's holdback page loads are not the policy's decisions: they leave the budget alone."""
+    Page loads a guardrail served (arm "served") are not the policy's decisions: they leave the budget alone."""
     from tailor.grouping import PrefixArchive
     from tailor.policies import Decision
 
     space = ConfigSpace.named("core")
     archive = PrefixArchive(0.3)
-    for k, (name, p) in enumerate(POPULATIONS.items()):
+    for k, p in enumerate(POPULATIONS.values()):
         for net in range(8):
             archive.update(f"10.{k}.{net}.0/24", 0.0, p["goodput"], p["loss"], p["rtt"])
     pol = make_policy("tailor", seed=7, explore_share=0.1)
@@ -449,11 +449,11 @@ def test_tables_probe_only_what_the_slack_pays_and_holdback_is_not_charged():
     assert probed(0.0) == []
     rich = probed(1e9)
     assert rich and all(sorted(g.values()) == pytest.approx([0.1, 0.9]) for g in rich)
-    # holdback: a slow non-baseline configuration served by the operator's holdback is not charged
+    # a slow non-baseline configuration a guardrail served is not charged
     slack, times = dict(pol._slack), dict(pol._times)
     _, ctx = next(_contexts(rng, 1, t0=1300.0))
     slow = next(c for c in range(len(space)) if c != pol.baseline_index)
-    pol.observe(ctx, Decision(slow, 1.0, "holdback", "holdback"), Outcome(50_000.0, 1.0, 300.0, 0.0, 100_000))
+    pol.observe(ctx, Decision(slow, 1.0, "g", "served"), Outcome(50_000.0, 1.0, 300.0, 0.0, 100_000))
     assert pol._slack == slack and pol._times == times
     pol.observe(ctx, Decision(slow, 1.0, "g", "table"), Outcome(50_000.0, 1.0, 300.0, 0.0, 100_000))
     assert pol._slack[pol.budget_group(ctx)] < slack[pol.budget_group(ctx)]

@@ -110,7 +110,7 @@ class Manager:
             log("enrich.databases", **self.enricher.describe())
         self.current = self._load_or_create_table()
         self._good_state = self._state_bytes()  # what a failed cycle rolls back to
-        self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
+        self.feeder.set_policy_table(self.current.doc)
 
     # -- state
     def _signature(self) -> dict:
@@ -168,7 +168,7 @@ class Manager:
         """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy)."""
         self._adopt(pickle.loads(self._good_state))
         self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher)
-        self.feeder.policy_groups = {g["id"] for g in self.current.doc["groups"]}
+        self.feeder.set_policy_table(self.current.doc)
 
     def _load_or_create_table(self) -> pub.Published:
         latest = self.store.latest_table()
@@ -373,7 +373,7 @@ class Manager:
         events = check_rollbacks(self.guard, self.guard_cfg, self.current.doc["default"])
         self.policy.plan(now, compile=False)
         planned = compile_table(self.policy, now, 1, self.archive, self.feeder.place_of)
-        self.feeder.policy_groups = {g["id"] for g in planned["groups"]}
+        self.feeder.set_policy_table(planned)
         table, notes = apply_guardrails(planned, self.guard, self.guard_cfg, self.knobs)
         notes += pub.enforce_budget(table, self.cfg.max_rules)
         published = self._maybe_publish(table, notes, events, now)

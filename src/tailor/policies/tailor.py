@@ -75,8 +75,12 @@ An alarm forgets the group's cells' own data (they restart from the shared model
 group's bounds (x2, decaying over ``reopen`` page loads): exploration re-opens for that group only.
 
 **Decisions** are deterministic given the state: probability 1, arm ``explore``, ``exploit`` or
-``default`` (the baseline). Tables hold the safe choice of each context cell, with rules per archived prefix x device x
-website.
+``default`` (the baseline). Tables (the manager; the simulator's table mode) hold per context cell, with rules per
+archived prefix x device x website, what ``select`` would do, with probabilities: the greedy or safe choice and the
+cell's probe with probability ``explore_share``, each non-safe choice only when the group's slack pays, in advance,
+for what edges will draw until the next plan (the cell's page loads of the last period, Poisson; the promised costs'
+mean plus three standard deviations within the slack). Page loads the operator's holdback served are learned from
+but not charged to the budget: they are not the policy's decisions.
 
 **Cost.** Page loads are aggregated per context cell between plans (page loads and sum of log times per
 configuration), so a plan costs per touched cell, not per page load: the Gram matrix's knob block is one product of
@@ -108,6 +112,7 @@ RTT_EDGES = (15.0, 40.0, 80.0, 160.0, 320.0, 640.0)  # ms
 GOODPUT_EDGES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # Mbit/s
 LOSS_EDGES = (0.001, 0.005, 0.02, 0.05)
 HOUR_BINS = 4
+NOT_CHOSEN = ("holdback", "served")  # arms of page loads the policy learns from but did not choose: not charged
 POOL = ("none", "website", "website-rtt")  # the middle level of a cell's prior (_fit_pool)
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
 SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - ln 300 KB) / 2, 0 if unknown
@@ -773,7 +778,7 @@ class TailorPolicy(Policy):
         c = decision.config
         mean, sd, level, level_var = self._effects(cell, group)
         ucb = 0.0 if c == self._base else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
-        if decision.arm != "holdback":  # the operator's holdback is not the policy's decision: not in its budget
+        if decision.arm not in NOT_CHOSEN:  # served by the operator's holdback or a guardrail: not in the budget
             # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
             self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
                 + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
@@ -867,8 +872,8 @@ class TailorPolicy(Policy):
         base = cfg == self._base
         ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
         # budget: the realised terms replace the reservations; the groups' baseline-time estimates
-        # (the operator's holdback page loads are not the policy's decisions: not in its budget)
-        own = np.fromiter((it[1].arm != "holdback" for it in items), bool, m)
+        # (page loads served by the operator's holdback or a guardrail are not the policy's decisions: not charged)
+        own = np.fromiter((it[1].arm not in NOT_CHOSEN for it in items), bool, m)
         term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
         if self._reserved:
             term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)

@@ -79,14 +79,16 @@ group's bounds (x2, decaying over ``reopen`` page loads): exploration re-opens f
 archived prefix x device x website, what ``select`` would do, with probabilities: the greedy or safe choice and the
 cell's probe with probability ``explore_share``, each non-safe choice only when the group's slack pays, in advance,
 for what edges will draw until the next plan (the cell's page loads of the last period, Poisson; the promised costs'
-mean plus three standard deviations within the slack). Page loads the operator's holdback served are learned from
-but not charged to the budget: they are not the policy's decisions.
+mean plus three standard deviations within the slack). Page loads a guardrail served instead of the policy's choice
+(arm ``served``: the manager's stickiness, rollback or AllowedConfig) are learned from but not charged to the budget:
+they are not the policy's decisions (held-back page loads never reach a learner).
 
 **Cost.** Page loads are aggregated per context cell between plans (page loads and sum of log times per
 configuration), so a plan costs per touched cell, not per page load: the Gram matrix's knob block is one product of
 the configurations' vectorised factors (:func:`gram`) and the level corrections are applied per website x device
-over the columns they touch. The manager's ingest folds a batch with :meth:`TailorPolicy._observe_batch` (vectorised;
-predictions from before the batch); the simulator's online loop observes page load by page load.
+over the columns they touch. The manager's ingest folds a batch with :meth:`TailorPolicy._observe_batch` (vectorised:
+per-cell statistics are rows of :class:`CellRows` matrices, predictions from before the batch); the simulator's
+online loop observes page load by page load.
 
 Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenarios, never on seeds 0-4:
 ``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1, 0.2}, ``exploit`` in {safe, greedy}, ``probe`` in

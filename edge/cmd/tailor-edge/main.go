@@ -168,6 +168,9 @@ func run(cfg edge.Config, prof string) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
 	}
+	// the handler first: a SIGTERM right after the "serving" line (a supervisor, a test) must flush, not kill
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	log.Printf("tailor-edge: serving https://%s table version %d", ln.Addr(), s.Plan().Table.Version)
 	if cfg.QUIC {
 		log.Printf("tailor-edge: HTTP/3 over QUIC on udp %s", ln.Addr())
@@ -175,8 +178,6 @@ func run(cfg edge.Config, prof string) error {
 	if a := s.MetricsAddr(); a != "" {
 		log.Printf("tailor-edge: metrics on http://%s/metrics", a)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	closed := make(chan error, 1)
 	go func() {
 		<-sig

@@ -138,19 +138,18 @@ def compile_property(schema: dict) -> Check:
     return check
 
 
-def _record_spec() -> tuple[dict[str, Check], tuple[str, ...], int]:
+def _record_spec() -> tuple[dict[str, Check], dict[str, Callable[[Any], bool]], tuple[str, ...], int]:
     schema = load_schema("telemetry.schema.json")
     records = schema["properties"]["records"]
     item = records["items"]
     if item.get("additionalProperties", True) is not False:
         raise TelemetryError("fastcheck assumes records have additionalProperties: false")
     props = {name: compile_property(sub) for name, sub in item["properties"].items()}
-    return props, tuple(item["required"]), records.get("maxItems", 1 << 62)
+    fast = {name: compile_fast(sub) for name, sub in item["properties"].items()}
+    return props, fast, tuple(item["required"]), records.get("maxItems", 1 << 62)
 
 
-PROPS, REQUIRED, MAX_RECORDS = _record_spec()
-FAST = {name: compile_fast(sub) for name, sub in
-        load_schema("telemetry.schema.json")["properties"]["records"]["items"]["properties"].items()}
+PROPS, FAST, REQUIRED, MAX_RECORDS = _record_spec()
 _HEADER_SCHEMA = load_schema("telemetry.schema.json")
 HEADER = {k: compile_property(v) for k, v in _HEADER_SCHEMA["properties"].items() if k != "records"}
 HEADER_REQUIRED = tuple(_HEADER_SCHEMA["required"])

@@ -150,7 +150,6 @@ class Feeder:
         self.policy, self.archive, self.guard = policy, archive, guard
         self.enricher = enricher  # tailor.enrich.Enricher or None
         self.sites = sites if sites is not None else SiteFilter(min_records=1, max_sites=1 << 30)
-        self.policy_groups: set[str] = set()  # group ids of the policy's last compiled table
         self.policy_choices: dict[str, set[str]] = {}  # group id -> the configurations the policy's table gives it
         self.space = policy.space
         self._index = {c.id: i for i, c in enumerate(self.space.configs)}
@@ -175,7 +174,6 @@ class Feeder:
 
     def set_policy_table(self, table: dict) -> None:
         """The policy's own table (before the guardrails): its groups, and the configurations each may serve."""
-        self.policy_groups = {g["id"] for g in table["groups"]}
         self.policy_choices = {g["id"]: {c["config"] for c in g["choices"]} for g in table["groups"]}
 
     def place_of(self, prefix: str) -> tuple[int, str]:
@@ -222,11 +220,12 @@ class Feeder:
             report.foreign += 1
             return
         ctx = Context(t, prefix, self._client(prefix, addr, device, asn, region), self.sites(sni), rtt or 0.0, history)
-        if group is None or group not in self.policy_groups:  # the learner's own group, without deciding
+        mine = self.policy_choices.get(group)
+        if mine is None:  # not a group of the policy's table: the learner's own group, without deciding
             group = self.policy.group_of(ctx)
+            mine = self.policy_choices.get(group)
         # a configuration the policy's own table does not give this group was served by a guardrail (stickiness,
         # rollback, AllowedConfig): the policy learns from it but it was not the policy's decision ("served")
-        mine = self.policy_choices.get(group)
         arm = "holdback" if hold else "served" if mine is not None and cid not in mine else "table"
         decision = Decision(index, prob, group, arm)
         outcomes.append((ctx, decision, Outcome(done_ms, goodput or 0.0, rtt or 0.0, loss, int(nbytes))))

@@ -114,7 +114,7 @@ RTT_EDGES = (15.0, 40.0, 80.0, 160.0, 320.0, 640.0)  # ms
 GOODPUT_EDGES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # Mbit/s
 LOSS_EDGES = (0.001, 0.005, 0.02, 0.05)
 HOUR_BINS = 4
-NOT_CHOSEN = ("holdback", "served")  # arms of page loads the policy learns from but did not choose: not charged
+SERVED = "served"  # the arm of a page load a guardrail served instead of the policy's choice: learned, not charged
 POOL = ("none", "website", "website-rtt")  # the middle level of a cell's prior (_fit_pool)
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
 SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - ln 300 KB) / 2, 0 if unknown
@@ -780,7 +780,7 @@ class TailorPolicy(Policy):
         c = decision.config
         mean, sd, level, level_var = self._effects(cell, group)
         ucb = 0.0 if c == self._base else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
-        if decision.arm not in NOT_CHOSEN:  # served by the operator's holdback or a guardrail: not in the budget
+        if decision.arm != SERVED:  # a guardrail's choice is not in the policy's budget (held-back ones never arrive)
             # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
             self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
                 + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
@@ -867,15 +867,16 @@ class TailorPolicy(Policy):
         _, lfirst, l_cell = np.unique(code // HOUR_BINS, return_index=True, return_inverse=True)
         level_cells = [cells[i][:5] for i in lfirst.tolist()]
         lrow = self._stats.find(level_cells)
-        pairs = np.unique(inv * n_cfg + cfg)
+        pair = inv * n_cfg + cfg
+        pairs = np.unique(pair)
         mean, sd, level, level_var = self._effects_many(cells, (names, g_cell), (pairs // n_cfg, pairs % n_cfg),
                                                         parts, lrow[l_cell])
         mean, sd, level, level_var = mean[inv, cfg], sd[inv, cfg], level[inv], level_var[inv]
         base = cfg == self._base
         ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
         # budget: the realised terms replace the reservations; the groups' baseline-time estimates
-        # (page loads served by the operator's holdback or a guardrail are not the policy's decisions: not charged)
-        own = np.fromiter((it[1].arm not in NOT_CHOSEN for it in items), bool, m)
+        # (page loads a guardrail served are not the policy's decisions: not charged)
+        own = np.fromiter((it[1].arm != SERVED for it in items), bool, m)
         term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
         if self._reserved:
             term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)
@@ -888,7 +889,6 @@ class TailorPolicy(Policy):
                 self._slack[g] = self._slack.get(g, 0.0) + float(slack[j])
                 n_g, sum_g = self._times.get(g, (0, 0.0))
                 self._times[g] = (n_g + int(owned[j]), sum_g + float(low[j]))
-        pair = inv * n_cfg + cfg
         crow = self._played.rows(cells)
         self._played.data[0, crow] += np.bincount(pair, y * own, len(cells) * n_cfg).reshape(len(cells), n_cfg)
         # clients' offsets (from before the batch), then their residuals

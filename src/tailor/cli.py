@@ -36,8 +36,10 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--perf-memory", type=int, default=None, help="PerfMemory: samples kept per configuration (0 = all)")
     ev.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                     help="a parameter for every listed policy that has it, e.g. dt_leaf_mode=max (repeatable)")
-    ev.add_argument("--oracle", choices=("auto", "model", "measured"), default="auto",
-                    help="auto: the measured testbed dataset when it covers the space and websites, else the model")
+    ev.add_argument("--oracle", choices=("auto", "model", "measured", "measured-quic"), default="auto",
+                    help="auto: the measured testbed dataset when it covers the space and websites, else the model; "
+                         "measured-quic (also auto's choice for a space tuning HTTP/3 or QUIC knobs, e.g. --space quic): "
+                         "the QUIC dataset")
     ev.add_argument("--no-report", action="store_true", help="skip the HTML report")
     sub.add_parser("knobs", help="list the knob registry")
     sc = sub.add_parser("scenario", help="load a scenario (name or file), validate it and summarize it")

@@ -15,7 +15,8 @@ from __future__ import annotations
 from tailor.errors import OracleError
 from tailor.oracle.base import Oracle
 
-ORACLES = ("auto", "model", "measured")
+ORACLES = ("auto", "model", "measured", "measured-quic")
+QUIC_KNOBS = ("http.alt_svc", "quic.")  # a space tuning these is answered by the QUIC dataset only
 
 
 def default_oracle() -> Oracle:
@@ -24,7 +25,9 @@ def default_oracle() -> Oracle:
 
 
 def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
-    """``model``: ModelOracle; ``measured``: MeasuredOracle (OracleError without a dataset); ``auto``: see module."""
+    """``model``: ModelOracle; ``measured``: MeasuredOracle (OracleError without a dataset); ``measured-quic``:
+    QuicOracle (``tailor.oracle.quic``), also what ``auto`` picks for a space that tunes HTTP/3 or QUIC knobs;
+    ``auto``: see module."""
     if name not in ORACLES:
         raise OracleError(f"The 'oracle' parameter must be one of {ORACLES}. Got {name!r}.")
     from tailor.oracle.model import ModelOracle
@@ -33,6 +36,14 @@ def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
         return _with_validation(ModelOracle(), "model", "asked for (--oracle model)")
     if name == "measured":
         return _with_validation(_measured(), "measured", "asked for (--oracle measured)")
+    if name == "measured-quic" or _tunes_quic(space):
+        from tailor.oracle.quic import QuicOracle
+
+        oracle = QuicOracle()
+        oracle.validation = {"chosen": "measured-quic", "reason": "asked for (--oracle measured-quic)"
+                             if name == "measured-quic" else f"space {space!r} tunes HTTP/3 and QUIC knobs, which "
+                             "only the QUIC dataset measures (no oracle validation exists for QUIC)"}
+        return oracle
     measured = _measured_or_none() if _could_cover_defaults() else None
     if measured is None:
         oracle = ModelOracle()
@@ -75,6 +86,17 @@ def _holds(figures: dict) -> dict[str, bool]:
     from tailor.oracle.validate import holds
 
     return {o: all(holds(kinds[k], k) for k in ("objects", "pages")) for o, kinds in figures.items()}
+
+
+def _tunes_quic(space: str) -> bool:
+    """Whether the named space gives an HTTP/3 or QUIC knob a value other than its default."""
+    from tailor.space import ConfigSpace
+
+    try:
+        grid = ConfigSpace.named(space).grid
+    except (OracleError, ValueError, KeyError):
+        return False
+    return any(k.startswith(QUIC_KNOBS) and len(v) > 1 for k, v in grid.items())
 
 
 def _could_cover_defaults() -> bool:

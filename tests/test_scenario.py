@@ -42,9 +42,10 @@ def test_same_seed_same_scenario_and_different_seed_differs():
 
 @pytest.mark.parametrize("name", BUILTIN_SCENARIOS)
 def test_every_builtin_generates_valid_sessions(name):
-    sc = generate(name, 120, seed=1, websites=SITES)
+    sites = [*SITES, "search-19KB", "search-121KB"]  # mobile-search loads the search responses, the others the rest
+    sc = generate(name, 120, seed=1, websites=sites)
     assert len(sc.sessions) == 120 and sc.chunk_s == 5.0 and sc.provenance["sources"]
-    assert set(sc.websites()) <= set(SITES)
+    assert set(sc.websites()) <= (set(sites) - set(SITES) if name == "mobile-search" else set(SITES))
     assert all(0 <= s.start_s <= 4 * 3600 for s in sc.sessions)
 
 

@@ -51,6 +51,9 @@ class Outcome:
 
     completion_ms: float
     goodput_mbps: float
-    rtt_ms: float
+    rtt_ms: float  # handshake RTT: the path's, whatever the configuration
     loss: float
     bytes: int
+    # mean RTT over the response as the server's stack measures it (telemetry srtt_ms): the path RTT plus the queue
+    # the configuration's own flights build, so it depends on the configuration; None where not reported
+    srtt_ms: float | None = None

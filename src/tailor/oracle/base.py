@@ -42,6 +42,15 @@ class Website:
 
     name: str
     objects: tuple[WebObject, ...]
+    # What its time measures. "load": from the client's first SYN to the last byte (handshakes included; pages
+    # add the browser's time). "response": SmartIW's TCP response time (seed 004 §II-A), from the server's first
+    # byte of the response to its last ACK, on a connection whose window starts at the initial window (a new
+    # one, or an idle one after slow-start restart): no handshake.
+    metric: str = "load"
+
+    def __post_init__(self):
+        if self.metric not in ("load", "response"):
+            raise OracleError(f"website {self.name!r}: metric must be 'load' or 'response'. Got {self.metric!r}.")
 
     @property
     def kind(self) -> str:
@@ -114,6 +123,14 @@ class Oracle(ABC):
     def noise_theta(self, cells: np.ndarray, website: str) -> np.ndarray:
         """Erlang scale theta per cell for this website (shape k is NOISE_SHAPE)."""
 
+    def srtt_ms(self, cells: np.ndarray, website: str, space: ConfigSpace) -> np.ndarray:
+        """Mean RTT the server measures over the workload, shape (len(cells), len(space)).
+
+        This default has no queueing model: the cell's path RTT for every configuration. The model oracle adds
+        the queue the configuration's own flights build (``tcp.mean_rtt_ms``)."""
+        rtt = np.asarray(self.grid.values(np.asarray(cells, dtype=int))[1], dtype=float)
+        return np.repeat(rtt[:, None], len(space), axis=1)
+
     def describe(self) -> dict:
         """Provenance shown in reports: what this oracle is and what it rests on."""
         return {"name": self.name, "kind": self.kind}
@@ -135,6 +152,7 @@ class PLTTensor:
         self.site_index = {n: i for i, n in enumerate(self.site_names)}
         self._mode: dict[tuple[int, int], np.ndarray] = {}
         self._theta: dict[tuple[int, int], float] = {}
+        self._srtt: dict[tuple[int, int], np.ndarray] = {}
 
     def prepare(self, cells_by_site: dict[str, np.ndarray]) -> None:
         """Batch-compute every (cell, website) pair that a scenario will visit."""
@@ -154,6 +172,17 @@ class PLTTensor:
         if key not in self._mode:
             self.prepare({self.site_names[site]: np.array([cell])})
         return self._mode[key]
+
+    def srtt(self, cell: int, site: int) -> np.ndarray:
+        """The oracle's mean RTT for every configuration; computed per website in one batch over every cell
+        this tensor holds for it, on first use."""
+        row = self._srtt.get((cell, site))
+        if row is None:
+            cells = np.array(sorted({c for c, s in self._mode if s == site} | {cell}), dtype=int)
+            for c, r in zip(cells, self.oracle.srtt_ms(cells, self.site_names[site], self.space)):
+                self._srtt[(int(c), site)] = r
+            row = self._srtt[(cell, site)]
+        return row
 
     def theta(self, cell: int, site: int) -> float:
         if (cell, site) not in self._theta:

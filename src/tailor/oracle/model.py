@@ -24,7 +24,7 @@ import numpy as np
 from tailor.errors import OracleError
 from tailor.oracle import tcp
 from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
-from tailor.oracle.websites import default_catalog
+from tailor.oracle.websites import default_catalog, search_catalog
 from tailor.space import ConfigSpace
 
 VERSION = "model-tcp-v1"
@@ -80,7 +80,7 @@ class ModelOracle(Oracle):
 
     def __init__(self, grid: ConditionGrid = DEFAULT_GRID, websites: dict[str, Website] | None = None):
         self.grid = grid
-        self.websites = dict(default_catalog() if websites is None else websites)
+        self.websites = dict({**default_catalog(), **search_catalog()} if websites is None else websites)
 
     def mode_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
         site = self.website(website)
@@ -91,6 +91,18 @@ class ModelOracle(Oracle):
             cols = h2 == is_h2
             if cols.any():
                 out[:, cols] = load_ms(site, bw, rtt, loss, q, stack.take(cols), is_h2)
+        return out
+
+    def srtt_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
+        """Mean RTT the server measures over the workload's responses (queueing its own flights build)."""
+        site = self.website(website)
+        bw, rtt, loss, q = self._path(cells)
+        stack, h2 = _stack(space)
+        out = np.empty((len(bw), len(space)))
+        for is_h2 in (False, True):
+            cols = h2 == is_h2
+            if cols.any():
+                out[:, cols] = mean_rtt_ms(site, bw, rtt, loss, q, stack.take(cols), is_h2)
         return out
 
     def noise_theta(self, cells, website: str) -> np.ndarray:
@@ -155,7 +167,7 @@ def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> np.n
     total = np.zeros(np.broadcast_shapes(bw.shape, stack.iw.shape))
     for level in sorted({o.level for o in site.objects}):
         plan = _plan_level(site, level, delivered, h2)
-        total = total + _level_ms(plan, path, stack)
+        total = total + _level_ms(plan, path, stack, site.metric)
     if site.kind == "page":
         total = total + CLIENT_BASE_MS + CLIENT_PER_OBJECT_MS * len(site.objects)
     return total
@@ -205,16 +217,41 @@ def _spread(segs: list[float], n: int) -> list[list[float]]:
     return sorted(queues, key=sum, reverse=True)
 
 
-def _level_ms(plan: list[tuple], path: _Path, stack: tcp.Stack) -> np.ndarray:
-    """A level ends when its slowest connection does; connections share rate by bytes, room equally."""
+def _level_ms(plan: list[tuple], path: _Path, stack: tcp.Stack, metric: str = "load") -> np.ndarray:
+    """A level ends when its slowest connection does; connections share rate by bytes, room equally.
+
+    A "response" workload (SmartIW's TCP response time) pays no handshake, and its first flight is not held to
+    the client's first receive window: the response goes over a kept-alive connection whose receive window the
+    client has already grown (the server's window restarts at the initial window after the idle time)."""
     level_segs = sum(sum(queue) for queue, _, _ in plan)
     n = len(plan)
     worst = None
     for queue, before, cold in plan:
         share = _share(path, stack, sum(queue) / level_segs, 1.0 / n)
-        t = _connection_ms(queue, before, cold, share, stack)
+        t = _connection_ms(queue, before, cold and metric == "load", share, stack, _rwnd(metric))
         worst = t if worst is None else np.maximum(worst, t)
     return worst
+
+
+def mean_rtt_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> np.ndarray:
+    """Mean RTT sample over every segment of the workload, each response's from ``tcp.mean_rtt_ms`` on the
+    connection, share and window that ``load_ms`` gives it."""
+    path = _Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)
+    delivered: dict[int, list[float]] = defaultdict(list)
+    area, segments = 0.0, 0.0
+    for level in sorted({o.level for o in site.objects}):
+        plan = _plan_level(site, level, delivered, h2)
+        level_segs = sum(sum(queue) for queue, _, _ in plan)
+        for queue, before, _ in plan:
+            share = _share(path, stack, sum(queue) / level_segs, 1.0 / len(plan))
+            iw = _first_window(stack, _rwnd(site.metric))
+            done = before
+            for d in queue:
+                w0 = iw if done == 0 else tcp.warm_window(iw, done, share, stack)
+                area = area + d * tcp.mean_rtt_ms(d, w0, share, stack.bbr)
+                segments += d
+                done += d
+    return area / segments
 
 
 def _share(path: _Path, stack: tcp.Stack, byte_share: float, conn_share: float) -> tcp.Share:
@@ -226,17 +263,29 @@ def _share(path: _Path, stack: tcp.Stack, byte_share: float, conn_share: float) 
     return tcp.Share(rate=rate, rtt=path.rtt, p=path.p, pipe=rate * path.rtt, room=room, q=path.q)
 
 
-def _connection_ms(queue: list[float], before: float, cold: bool, share: tcp.Share, stack: tcp.Stack):
+def _connection_ms(queue: list[float], before: float, cold: bool, share: tcp.Share, stack: tcp.Stack,
+                   rwnd: float = CLIENT_RWND_SEGMENTS):
     """Handshake if new, then the responses one after another, the window growing across them."""
     t = tcp.handshake_ms(share.rtt, share.p, stack) if cold else 0.0
-    iw = np.minimum(stack.iw, CLIENT_RWND_SEGMENTS)
-    iw = np.where(stack.sndbuf > 0, np.minimum(iw, np.maximum(stack.sndbuf / tcp.MSS, 1.0)), iw)
+    iw = _first_window(stack, rwnd)
     done = before
     for d in queue:
         w0 = iw if done == 0 else tcp.warm_window(iw, done, share, stack)
         t = t + tcp.transfer_ms(d, w0, share, stack, w_ss=iw + done)
         done += d
     return t + tcp.overshoot_ms(before, done - before, iw, share, stack.bbr)
+
+
+def _rwnd(metric: str) -> float:
+    """The client's receive window at the first flight: its first advertised window on a new connection, none
+    on the kept-alive connection of a "response" workload (see ``_level_ms``)."""
+    return CLIENT_RWND_SEGMENTS if metric == "load" else np.inf
+
+
+def _first_window(stack: tcp.Stack, rwnd: float = CLIENT_RWND_SEGMENTS):
+    """The first flight: the initial window, within the client's receive window and the send buffer."""
+    iw = np.minimum(stack.iw, rwnd)
+    return np.where(stack.sndbuf > 0, np.minimum(iw, np.maximum(stack.sndbuf / tcp.MSS, 1.0)), iw)
 
 
 def noise_theta(bw, rtt, loss, n_origins: int) -> np.ndarray:
@@ -251,3 +300,14 @@ def noise_theta(bw, rtt, loss, n_origins: int) -> np.ndarray:
     lossy = np.clip(np.asarray(loss) / 0.05, 0.0, 1.0)
     base = 0.03 + 0.05 * slow + 0.02 * far + 0.06 * lossy
     return np.minimum(base * (1.0 + 0.2 * np.log2(max(n_origins, 1))), 0.25)
+
+
+def slow_start_share(size_bytes, bw, rtt, loss, buffer_bdp, iw: float = 10.0) -> np.ndarray:
+    """Per flow (arrays of one length), the probability that a single response over a loss-based CC starting at
+    ``iw`` ends still in slow start (SmartIW Table I), on the model's path (buffer floor included); the response
+    goes over a kept-alive connection, so the client's first receive window does not cap ``iw``."""
+    col = lambda a: np.asarray(a, dtype=float).reshape(-1, 1)  # noqa: E731
+    path = _Path(col(bw) * 1e6 / 8 / 1000 / tcp.MSS, col(rtt), col(loss), col(buffer_bdp))
+    share = tcp.Share(rate=path.rate, rtt=path.rtt, p=path.p, pipe=path.bdp, room=path.bdp + path.buffer, q=path.q)
+    d = (col(size_bytes) + RESPONSE_HEADER_BYTES) / tcp.MSS
+    return tcp.slow_start_end_probability(d, iw, share)[:, 0]

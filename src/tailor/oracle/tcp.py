@@ -201,3 +201,62 @@ def warm_window(w0, delivered, sh: Share, stack: Stack):
     loss_based = np.minimum(np.minimum(sh.pipe * (1 + sh.q), sh.room), cc_window(sh.p, sh.rtt, stack.reno))
     cap = np.where(stack.bbr, np.minimum(2 * sh.pipe, sh.room + sh.pipe / BBR_STARTUP_GAIN), loss_based)
     return np.minimum(w0 + delivered, np.maximum(cap, 1.0))
+
+
+CUBIC_BETA = 0.7  # CUBIC's multiplicative decrease (RFC 8312): the window after a loss is 0.7 W_max
+
+
+def mean_rtt_ms(d, w0, sh: Share, bbr):
+    """Mean of the RTT samples a response of d segments gives the server: the path RTT plus the queue its own
+    flights build at the bottleneck (MODEL.md "RTT the server measures").
+
+    Rounds of slow start from w0. The first flight leaves at line rate, so its j-th segment waits behind the j
+    before it: mean queue (F0 - 1) / 2. Later slow-start rounds are ACK-clocked, two segments per ACK at the
+    bottleneck's pace: the queue ramps to half the flight (mean F/4), plus half the standing queue W - pipe
+    once the window exceeds the pipe. BBR paces at 2.89 x its delivery-rate estimate (the first flight over
+    rtt / 2.89): mean queue F (1 - rate / pace)+ / 2; it holds about no queue once its window reaches 2 BDP. A loss-based window that reaches the overflow
+    point pipe (1 + q) saws between 0.7 W_max and W_max: the queue averages the middle of that range. The
+    queue never exceeds the connection's share of the buffer (segments beyond it are dropped; their cost is
+    charged by ``burst_loss_ms`` and ``overshoot_ms``). Loss-recovery delays are not RTT samples (Karn).
+    """
+    shape = np.broadcast_shapes(np.shape(d), np.shape(w0), np.shape(sh.rate), np.shape(sh.pipe), np.shape(sh.q),
+                                np.shape(bbr))
+    d = np.broadcast_to(np.asarray(d, dtype=float), shape)
+    w = np.broadcast_to(np.maximum(np.asarray(w0, dtype=float), 1.0), shape).copy()
+    pipe = np.broadcast_to(np.asarray(sh.pipe, dtype=float), shape)
+    rate = np.broadcast_to(np.asarray(sh.rate, dtype=float), shape)
+    bbr = np.broadcast_to(np.asarray(bbr, dtype=bool), shape)
+    buf = np.broadcast_to(np.asarray(sh.q * sh.pipe, dtype=float), shape)
+    cap = np.maximum(pipe * (1 + np.asarray(sh.q, dtype=float)), 1.0)
+    q_sawtooth = (buf + np.maximum(CUBIC_BETA * cap - pipe, 0.0)) / 2
+    sh_rtt = np.broadcast_to(np.asarray(sh.rtt, dtype=float), shape)
+    left, area, prev = d.copy(), np.zeros(shape), np.zeros(shape)
+    for k in range(64):
+        if not (left > 0).any():
+            break
+        flight = np.minimum(w, left)
+        steady = np.zeros(shape, dtype=bool) if k == 0 else np.where(bbr, w >= 2 * pipe, w >= cap)
+        q_loss = (flight - 1) / 2 if k == 0 else flight / 4 + np.maximum(w - pipe, 0.0) / 2
+        # BBR paces at 2.89 x its delivery-rate estimate: the first flight over rtt / 2.89 (cwnd / srtt), later
+        # ones at 2.89 x the last round's delivery (at most the bottleneck); the queue grows while pacing outruns
+        # the bottleneck: at most F (1 - rate / pace), half that on average
+        pace = BBR_STARTUP_GAIN * (flight / sh_rtt if k == 0 else np.minimum(prev / sh_rtt, rate))
+        q_bbr = flight * np.maximum(1.0 - rate / np.maximum(pace, 1e-12), 0.0) / 2
+        q = np.where(steady, np.where(bbr, 0.0, q_sawtooth), np.where(bbr, q_bbr, q_loss))
+        sent = np.where(steady, left, flight)  # at the steady window the rest of the response sees one queue
+        area += sent * np.clip(q, 0.0, buf)
+        left = left - sent
+        prev = flight
+        w = np.where(bbr, np.minimum(2 * w, np.maximum(2 * pipe, 1.0)), np.minimum(2 * w, cap))
+    return sh.rtt + area / np.maximum(d, 1e-9) / rate
+
+
+def slow_start_end_probability(d, w0, sh: Share):
+    """Probability that a loss-based response of d segments ends still in slow start (SmartIW Table I's state):
+    no random loss among its segments, and its window still below the point where it overflows BDP + buffer
+    (reaching that point costs a loss, which ends slow start). HyStart's delay-based exit is not modelled."""
+    cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
+    w0 = np.maximum(np.asarray(w0, dtype=float), 1.0)
+    rounds_below = np.ceil(np.log2(np.maximum(cap / w0, 1.0)))  # rounds whose window is still below the cap
+    sent_below = w0 * (np.exp2(rounds_below) - 1.0)
+    return np.where(d <= sent_below, 1.0 - loss_prob(d, sh.p), 0.0)

@@ -18,8 +18,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from scipy.stats import norm
+
 from tailor.errors import OracleError
 from tailor.oracle.base import WebObject, Website
+from tailor.scenario import facts
+from tailor.scenario.families import SEARCH_RESPONSE_PREFIX
 
 KB = 1024
 _Z90 = 1.2816  # standard-normal 90th percentile: sigma = ln(p90 / median) / z90
@@ -71,6 +75,36 @@ def default_catalog() -> dict[str, Website]:
     for i, (name, n_requests) in enumerate(PAGE_REQUESTS.items()):
         catalog[name] = synthesize_page(name, n_requests, seed=1000 + i)
     return catalog
+
+
+# Search responses (SmartIW's mobile search, seed 004): Table I gives only the mean, about 120 KB, and Fig. 8a shows
+# "flow sizes almost all small". ASSUMPTION [M]: lognormal with sigma 0.9 (p90 / median ~ 3.2), discretised at its
+# ten deciles' midpoints and scaled so that the ten equally likely responses average exactly 120 KB.
+SEARCH_SIZE_SIGMA = 0.9
+SEARCH_RESPONSES = 10
+
+
+def search_catalog() -> dict[str, Website]:
+    """Ten equally likely search responses, by stable name ``search-<KB>KB``, timed as TCP response times.
+
+    >>> cat = search_catalog()
+    >>> round(np.mean([w.total_bytes for w in cat.values()]) / 1024), min(cat, key=lambda n: cat[n].total_bytes)
+    (120, 'search-19KB')
+    >>> cat["search-375KB"].metric
+    'response'
+    """
+    z = norm.ppf((np.arange(SEARCH_RESPONSES) + 0.5) / SEARCH_RESPONSES)
+    sizes = np.exp(SEARCH_SIZE_SIGMA * z)
+    sizes = np.round(sizes * facts.SEARCH_MEAN_RESPONSE_BYTES / sizes.mean()).astype(int)
+    out = {}
+    for size in sizes:
+        name = f"{SEARCH_RESPONSE_PREFIX}{round(size / KB)}KB"
+        out[name] = Website(name, (WebObject(int(size), origin=0, level=0, kind="other"),), metric="response")
+    return out
+
+
+def is_search_response(name: str) -> bool:
+    return name.startswith(SEARCH_RESPONSE_PREFIX)
 
 
 def single_object(name: str, size_bytes: int) -> Website:

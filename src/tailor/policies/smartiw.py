@@ -219,7 +219,7 @@ class SmartIWPolicy(Policy):
         pos = next((p for p, (_, idx) in enumerate(self._ladder) if idx == decision.config), None)
         if pos is None or pos not in learner.ucb.n:  # the arm slid out of the window meanwhile
             return
-        learner.observe(ctx.time_s, pos, server_goodput(outcome), outcome.rtt_ms, self.alpha, self.gamma,
+        learner.observe(ctx.time_s, pos, server_goodput(outcome), server_rtt(outcome), self.alpha, self.gamma,
                         self.iteration_s)
 
     # -- slow loop: one learning iteration every iteration_s, regrouping every regroup_s
@@ -292,6 +292,12 @@ class SmartIWNoGroupPolicy(SmartIWPolicy):
     """SmartIW without grouping (§VII-A item 4): "it only uses RL to learn the IW for all the flows"."""
 
     grouping = False
+
+
+def server_rtt(outcome: Outcome) -> float:
+    """The flow's RTT as the server measures it (Table III), which the IW changes through the queue its first
+    flights build (``Outcome.srtt_ms``); the handshake RTT where telemetry has no srtt."""
+    return outcome.rtt_ms if outcome.srtt_ms is None else outcome.srtt_ms
 
 
 def server_goodput(outcome: Outcome) -> float:

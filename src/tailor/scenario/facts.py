@@ -166,3 +166,14 @@ TRACES = (
 CONFIGANATOR_SOURCE = "Configanator NSDI'22 §6.1, App. F.1 (seed 000)"
 CHUNK_S = 5.0
 BROADBAND_BUFFER_BDP = 1.0
+
+# SmartIW (seed 004): the mobile search service of search company B, one production data centre in Beijing.
+SMARTIW_SOURCE = "SmartIW (Nie et al.) §I Table I, §VI-A, §VII-A (seed 004)"
+SEARCH_MEAN_RESPONSE_BYTES = 120 * 1024  # Table I caption: "The average flow size is about 120KB"
+SEARCH_SLOW_START_SHARE = 0.8027  # Table I: flows still in slow start when they end, at IW 10 (Cubic)
+SMARTIW_S_MIN = 100  # §VI-A: samples per 10-minute bin a user group needs
+SMARTIW_GROUPS_FOUND = 19  # §VI-C: 3 provinces + 15 province x ISP + Others, from about 1.5M client IPs
+LTE_2017 = Condition(16.6, 53.1, 0.0, "OpenSignal State of LTE Nov-2017 (global 4G average download 16.6 "
+                     "Mbit/s) and Ofcom 2014 (4G latency 53.1 ms average), FACTS.md §1.3")
+CHINA_WIRED = Condition(77.72, 102.0, 0.0006, "Pantheon 'China wired' calibrated path (77.72 Mbit/s, 51 ms one "
+                        "way, 0.06% loss), FACTS.md §1.5")

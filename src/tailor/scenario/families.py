@@ -159,6 +159,41 @@ def developing() -> tuple[Tier, ...]:
     return tuple(tiers)
 
 
+
+# The mobile search service of SmartIW (seed 004): one data centre in Beijing serving search responses to phones
+# across provinces. ASSUMPTIONS [M]: the provinces' shares of the requests routed to Beijing (mostly northern; the
+# paper's misrouted far provinces, e.g. Guangdong and Xinjiang, a smaller share) and the RTT a province adds to the
+# access RTT (great-circle fibre distance to Beijing at 5 us/km, doubled, times 1.5 for routing: Guangzhou ~1,900 km,
+# Urumqi ~2,400 km).
+SEARCH_PROVINCES = {"beijing": (0.35, 0.0), "hebei": (0.20, 4.0), "shandong": (0.20, 8.0),
+                    "guangdong": (0.15, 28.0), "xinjiang": (0.10, 36.0)}
+SEARCH_RESPONSE_PREFIX = "search-"  # websites that are search responses (oracle/websites.py search_catalog)
+# ASSUMPTION [M]: access shares of a 2017 mobile search service (4G most, phones on home Wi-Fi, a 3G tail) and the
+# access RTT of home broadband to a data centre in the same country (20 ms; Pantheon's 102 ms "China wired" path
+# ends abroad) and the random loss of 4G (0.3%) and 3G (0.5%); Wi-Fi's is Pantheon's. With them IW 10 leaves 79.6% of the
+# flows in slow start when they end (Table I: 80.27%; tests/test_mobile_search.py recomputes it with the model's mechanics).
+SEARCH_ACCESS = {"lte": (0.65, facts.LTE_2017, 0.003), "wifi": (0.25, facts.CHINA_WIRED, 0.0006),
+                 "3g": (0.10, facts.CELLULAR["3g"]["wpt-3gfast"], 0.005)}
+SEARCH_WIFI_RTT_MS = 20.0
+
+
+def mobile_search() -> tuple[Tier, ...]:
+    """SmartIW's mobile search clients: one tier per (access, province); the province adds RTT to the access's.
+
+    Peak and off-peak are the same point (the paper gives no diurnal figure for the network); phones on Wi-Fi
+    sit behind a home broadband line (1 BDP of buffer), cellular paths behind Pantheon's cellular buffers.
+    """
+    tiers = []
+    for access, (aw, c, loss) in SEARCH_ACCESS.items():
+        base_rtt = SEARCH_WIFI_RTT_MS if access == "wifi" else c.rtt_ms
+        buffer = facts.BROADBAND_BUFFER_BDP if access == "wifi" else CELLULAR_BUFFER_BDP
+        for province, (pw, extra) in SEARCH_PROVINCES.items():
+            point = Condition(c.bw_mbps, base_rtt + extra, loss,
+                              f"{c.source}; +{extra:g} ms to Beijing, loss {loss:.2%} (families.py, {facts.SMARTIW_SOURCE})")
+            tiers.append(Tier(f"{access}-{province}", access, aw * pw, point, point, buffer, (province,),
+                              DEVICES_MOBILE))
+    return tuple(tiers)
+
 # ASSUMPTION: the default mix. Configanator's GlobalCDN data come from two North-American PoPs and one
 # European PoP, so fixed broadband and 4G dominate; roughly half of web page views are mobile [M]; about 2%
 # of US households use satellite [M]; the developing-region and grid tail is kept at 20% so the low-bandwidth,
@@ -171,6 +206,7 @@ FAMILIES = {
     "satellite": satellite,
     "developing": developing,
     "workshop-grid": workshop_grid,
+    "mobile-search": mobile_search,
 }
 
 

@@ -24,14 +24,14 @@ import numpy as np
 from tailor import paths
 from tailor.errors import ScenarioError, check
 from tailor.scenario import facts
-from tailor.scenario.families import MIXED_WEIGHTS, Tier, family_tiers
+from tailor.scenario.families import MIXED_WEIGHTS, SEARCH_RESPONSE_PREFIX, Tier, family_tiers
 from tailor.scenario.importers import MIN_BW_MBPS, load_trace
 from tailor.scenario.model import ConditionSeries, Scenario, Session
 from tailor.scenario.population import (Client, Spreads, build_clients, lognormal_factor, sessions_per_client,
                                         site_popularity)
 
 BUILTIN_SCENARIOS = ("default", "mixed-global", "broadband-us", "cellular", "satellite", "developing",
-                     "workshop-grid")
+                     "workshop-grid", "mobile-search")
 # Placeholder workloads for when no oracle is at hand; callers normally pass the oracle's website names.
 DEFAULT_WEBSITES = ("page-light-1", "page-medium-1", "page-heavy-1", "object-10KB", "object-1MB")
 TRACE_DIR = paths.DATA_DIR / "traces"
@@ -64,20 +64,43 @@ class GeneratorSettings:
               self.favourite_share)
 
 
-def generate(name: str = "default", n_sessions: int = 1500, seed: int = 0, websites=None,
+# SmartIW's mobile search service (seed 004): a search session is a burst of queries (ASSUMPTION [M]: 8 on average,
+# 20 s apart at the median); the sessions arrive over two hours, and the default count gives about 3,000 responses
+# per 10-minute bin, so that groups of a province and an ISP can meet S_min = 100 responses per bin (§VI-A).
+SEARCH_SETTINGS = GeneratorSettings(horizon_s=2 * 3600.0, loads_per_session=8.0, think_median_s=20.0,
+                                    think_range_s=(2.0, 120.0), favourite_share=0.0)
+DEFAULT_SESSIONS = {"mobile-search": 4500}
+
+
+def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0, websites=None,
              settings: GeneratorSettings | None = None) -> Scenario:
-    """A built-in scenario with ``n_sessions`` sessions; the same arguments give the same scenario."""
+    """A built-in scenario with ``n_sessions`` sessions (default: the scenario's own, 1,500 for most); the same
+    arguments give the same scenario.
+
+    ``mobile-search`` loads the search responses among ``websites`` (names starting ``search-``; the model
+    oracle's catalog has them), each equally likely; every other scenario loads the rest, by Zipf popularity."""
     if name not in BUILTIN_SCENARIOS:
         raise ScenarioError(f"unknown built-in scenario {name!r}; known: {', '.join(BUILTIN_SCENARIOS)}")
+    n_sessions = DEFAULT_SESSIONS.get(name, 1500) if n_sessions is None else n_sessions
     check(isinstance(n_sessions, (int, np.integer)) and n_sessions >= 1, "generate", "n_sessions",
           "an integer >= 1", n_sessions)
+    search = name == "mobile-search"
+    if websites is None and search:
+        from tailor.oracle.websites import search_catalog  # the model oracle's search responses (no import cycle)
+        websites = sorted(search_catalog())
     websites = list(DEFAULT_WEBSITES if websites is None else websites)
     check(len(websites) > 0 and all(isinstance(w, str) and w for w in websites), "generate", "websites",
           "a non-empty list of website names", websites)
-    s = settings or GeneratorSettings()
+    websites = [w for w in websites if w.startswith(SEARCH_RESPONSE_PREFIX) == search]
+    if not websites:
+        raise ScenarioError(f"scenario {name!r} loads {'search responses' if search else 'pages and objects'} "
+                            f"(website names {'starting' if search else 'not starting'} with "
+                            f"{SEARCH_RESPONSE_PREFIX!r}) and the oracle's websites have none; the model oracle's "
+                            f"catalog has both")
+    s = settings or (SEARCH_SETTINGS if search else GeneratorSettings())
     rng = np.random.default_rng(seed)
     tiers = family_tiers(name)
-    popularity = site_popularity(rng, len(websites))
+    popularity = np.full(len(websites), 1.0 / len(websites)) if search else site_popularity(rng, len(websites))
     n_clients = max(1, min(n_sessions, round(n_sessions / s.sessions_per_client)))
     clients = build_clients(rng, tiers, n_clients, s.clients_per_prefix, popularity)
     owners = np.repeat(np.arange(n_clients), sessions_per_client(rng, n_clients, n_sessions))
@@ -187,6 +210,10 @@ def _description(name: str) -> str:
     if name in ("default", "mixed-global"):
         mix = ", ".join(f"{k} {v:.0%}" for k, v in MIXED_WEIGHTS.items())
         return f"Mixed global client population ({mix}) from published figures"
+    if name == "mobile-search":
+        return (f"SmartIW's mobile search service: phones on 4G, Wi-Fi and 3G in five provinces fetching search "
+                f"responses of {facts.SEARCH_MEAN_RESPONSE_BYTES // 1024} KB on average from a data centre in Beijing "
+                f"({facts.SMARTIW_SOURCE})")
     return f"Built-in '{name}' client population from published figures"
 
 

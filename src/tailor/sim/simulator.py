@@ -79,6 +79,7 @@ class World:
     rtt_ms: np.ndarray
     loss: np.ndarray
     handshake_rtt_ms: np.ndarray
+    cell_rtt_ms: np.ndarray  # RTT of the oracle's grid cell: srtt = handshake RTT + (oracle's srtt - this)
     noise: np.ndarray  # Erlang(k, 1) draw; observed = mode * (1 + theta * noise)
     goodput_est: np.ndarray  # telemetry's goodput estimate (Mbps)
     loss_est: np.ndarray
@@ -121,7 +122,8 @@ class Simulator:
         world = World(
             time_s=t_abs, session=sess, load_index=np.array([r[2] for r in rows], dtype=int), site=site, cell=cell,
             stale_cell=np.full(n, -1), bw_mbps=bw, rtt_ms=rtt, loss=loss,
-            handshake_rtt_ms=rtt * rng.uniform(1.0, 1.1, n), noise=rng.gamma(NOISE_SHAPE, 1.0, n),
+            handshake_rtt_ms=rtt * rng.uniform(1.0, 1.1, n), cell_rtt_ms=np.asarray(grid.values(cell)[1], dtype=float),
+            noise=rng.gamma(NOISE_SHAPE, 1.0, n),
             goodput_est=bw * rng.uniform(0.7, 1.0, n), loss_est=loss * rng.uniform(0.5, 1.5, n),
             histories=[None] * n, sessions=sessions, tensor=tensor)
         if not self.config.noise:
@@ -210,6 +212,7 @@ class _Loop:
         self.group = [""] * n
         self.arm = [""] * n
         self.mode = np.zeros(n)
+        self.srtt_ms = np.zeros(n)
         self.pending: deque = deque()
         self.next_plan = sim.config.update_freq_s
         self.resolver = None
@@ -236,9 +239,16 @@ class _Loop:
         mode = w.tensor.mode(int(w.cell[i]), int(w.site[i]))[d.config]
         observed = mode * (1.0 + w.theta[i] * w.noise[i])
         out = Outcome(observed, float(w.goodput_est[i]), float(w.handshake_rtt_ms[i]), float(w.loss_est[i]),
-                      int(w.bytes[w.site[i]]))
+                      int(w.bytes[w.site[i]]), self.srtt(i, d.config))
         self.config[i], self.prob[i], self.group[i], self.arm[i], self.mode[i] = d.config, d.probability, d.group, d.arm, mode
+        self.srtt_ms[i] = out.srtt_ms
         self.pending.append((t + sim.config.update_latency_s, ctx, d, out, self.table_group))
+
+    def srtt(self, i: int, config: int) -> float:
+        """The RTT the server measures for page load ``i`` under ``config``: its handshake RTT plus the queueing
+        delay the oracle gives the configuration in the load's cell (common to every policy, like the noise)."""
+        w = self.sim.world
+        return float(w.handshake_rtt_ms[i] + w.tensor.srtt(int(w.cell[i]), int(w.site[i]))[config] - w.cell_rtt_ms[i])
 
     def _decide(self, ctx: Context, i: int) -> Decision:
         if not self.table_mode:
@@ -283,7 +293,8 @@ class _Loop:
                 "cell": w.cell, "config": self.config, "probability": self.prob, "group": np.array(self.group),
                 "arm": np.array(self.arm), "mode_ms": self.mode, "plt_ms": observed, "default_ms": default_obs,
                 "mode_default_ms": w.mode_default, "mode_optimal_ms": w.mode_optimal,
-                "stale_cell": w.stale_cell, "stale_optimal": self._stale_optimal()}
+                "stale_cell": w.stale_cell, "stale_optimal": self._stale_optimal(), "srtt_ms": self.srtt_ms,
+                "srtt_default_ms": np.array([self.srtt(i, self.sim.space.default_index) for i in range(len(w))])}
 
     def _stale_optimal(self) -> np.ndarray:
         """Whether the chosen configuration is optimal for the archive's (stale) view but not for the

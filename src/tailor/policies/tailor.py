@@ -57,6 +57,11 @@ lie within ``budget_z`` posterior sd (the prior's assumption: one knob changed r
 more than ``exp(budget_z * prior_sd)`` = 2.5x slower). Per connection:
 
 * ``safe = argmin UCB`` (the baseline has UCB 0): free, it cannot cost more than the baseline;
+* the *default guard* (``guard`` = z, off by default): a configuration is eligible only when
+  ``mean - mean_default + z sqrt(sd^2 + sd_default^2) <= log 1.05``, i.e. it is not plausibly more than 5% slower
+  than the registry's default configuration (the evaluation's "degraded" page load); the default always is. When
+  the guard excludes the baseline, ``safe`` is the lowest UCB among the eligible, played only when the slack pays
+  for it (else the baseline: the budget holds first); probes and the greedy choice come from the eligible too;
 * a *probe* (at most ``explore_share`` of the group's page loads, ``probes`` per cell and
   configuration between plans): among configurations whose LCB is below the safe one's UCB by
   ``min_gain``, the one with the lowest LCB one knob away from the safe choice (``probe='local'``: a
@@ -114,6 +119,7 @@ RTT_EDGES = (15.0, 40.0, 80.0, 160.0, 320.0, 640.0)  # ms
 GOODPUT_EDGES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # Mbit/s
 LOSS_EDGES = (0.001, 0.005, 0.02, 0.05)
 HOUR_BINS = 4
+DEGRADED = math.log(1.05)  # a page load more than 5% slower than the default's is "degraded" (tailor evaluate)
 SERVED = "served"  # the arm of a page load a guardrail served instead of the policy's choice: learned, not charged
 POOL = ("none", "website", "website-rtt")  # the middle level of a cell's prior (_fit_pool)
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
@@ -313,6 +319,8 @@ class TailorPolicy(Policy):
         "reopen": (200, lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
         "pool": ("website-rtt", lambda v: v in POOL, "one of " + ", ".join(repr(k) for k in POOL)
                  + " (a middle level between the shared model and a cell: what the model misses for a website at an RTT bin, pooled over its cells)"),
+        "guard": ("off", lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10),
+                  "'off' or z in [0, 10] (default guard: only configurations not plausibly > 5% slower than the registry default at z posterior sd)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -690,29 +698,47 @@ class TailorPolicy(Policy):
         gid = f"{group}|{cell[0]}|{cell[1]}|{cell[4]}|{cell[5]}"
         mean, sd, level, level_var = self._effects(cell, group)
         default = self._base
-        ucb = mean + self.beta * sd
-        ucb[default] = 0.0
-        safe = int(np.argmin(ucb))
+        ucb, ok = self._bounds(mean, sd)
+        safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
-        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe)) is not None:
+        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, ok)) is not None:
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
-            best = int(np.argmin(mean))
+            best = int(np.argmin(np.where(ok, mean, np.inf)))
             if best != safe and mean[best] < ucb[safe] - self.min_gain and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
                 return Decision(best, 1.0, gid, "exploit")
-        return Decision(safe, 1.0, gid, "default" if safe == default else "exploit")
+        if ucb[safe] <= 0.0:
+            return Decision(safe, 1.0, gid, "default" if safe == default else "exploit")
+        if self._afford(ctx, group, level, level_var, mean[safe] + self.budget_z * sd[safe]):
+            return Decision(safe, 1.0, gid, "guard")
+        return Decision(default, 1.0, gid, "default")  # the budget holds first
 
-    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int) -> int | None:
-        """The probe of a cell, if any: among the configurations whose optimistic bound may beat the safe choice
-        by ``min_gain``, the first by ``probe`` (module docstring); ties (e.g. every one-knob change under the
-        prior) at random."""
+    def _bounds(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The configurations' UCBs against the baseline (the baseline's is 0) and which ones the default guard
+        allows (all when ``guard`` is off; the registry default always)."""
+        ucb = mean + self.beta * sd
+        ucb[self._base] = 0.0
+        if self.guard == "off":
+            return ucb, np.ones(len(mean), dtype=bool)
+        d = self.space.default_index
+        ok = mean - mean[d] + float(self.guard) * np.sqrt(sd * sd + sd[d] * sd[d]) <= DEGRADED
+        ok[d] = True
+        return ucb, ok
+
+    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int,
+                  ok: np.ndarray | None = None) -> int | None:
+        """The probe of a cell, if any: among the configurations (the default guard's eligible ones, ``ok``) whose
+        optimistic bound may beat the safe choice by ``min_gain``, the first by ``probe`` (module docstring); ties
+        (e.g. every one-knob change under the prior) at random."""
         optimistic = mean - self.explore_beta * sd
         plausible = optimistic < ucb[safe] - self.min_gain
+        if ok is not None:
+            plausible &= ok
         plausible[safe] = False
         if not plausible.any():
             return None
@@ -1215,12 +1241,11 @@ class TailorPolicy(Policy):
         its slack (``left``: per group, the mean and variance promised so far). No probe before the group has 10
         page loads or for a cell without page loads in the last period."""
         mean, sd, level, level_var = self._effects(cell, group)
-        ucb = mean + self.beta * sd
-        ucb[self._base] = 0.0
-        safe = int(np.argmin(ucb))
+        ucb, ok = self._bounds(mean, sd)
+        safe = int(np.argmin(np.where(ok, ucb, np.inf)))
         loads = self._recent.get(cell[:5], 0.0)
         if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:
-            return {safe: 1.0}
+            return {safe if ucb[safe] <= 0.0 else self._base: 1.0}
         slack = self._slack.get(group, 0.0)
         promised = left.setdefault(group, [0.0, 0.0])
 
@@ -1233,12 +1258,14 @@ class TailorPolicy(Policy):
             return True
 
         share = self.explore_share
+        if ucb[safe] > 0.0 and not pay(1.0 - share, safe):  # the guard's choice costs budget: the budget holds first
+            safe = self._base
         main = safe
         if self.exploit == "greedy":
-            best = int(np.argmin(mean))
+            best = int(np.argmin(np.where(ok, mean, np.inf)))
             if best != safe and mean[best] < ucb[safe] - self.min_gain and pay(1.0 - share, best):
                 main = best
-        probe = self._probe_of(mean, sd, ucb, main) if share > 0.0 else None
+        probe = self._probe_of(mean, sd, ucb, main, ok) if share > 0.0 else None
         if probe is None or not pay(share, probe):
             return {main: 1.0}
         return {main: 1.0 - share, probe: share}

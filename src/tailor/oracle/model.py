@@ -83,18 +83,14 @@ class ModelOracle(Oracle):
         self.websites = dict({**default_catalog(), **search_catalog()} if websites is None else websites)
 
     def mode_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
-        site = self.website(website)
-        bw, rtt, loss, q = self._path(cells)
-        stack, h2 = _stack(space)
-        out = np.empty((len(bw), len(space)))
-        for is_h2 in (False, True):
-            cols = h2 == is_h2
-            if cols.any():
-                out[:, cols] = load_ms(site, bw, rtt, loss, q, stack.take(cols), is_h2)
-        return out
+        return self._per_http(load_ms, cells, website, space)
 
     def srtt_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
         """Mean RTT the server measures over the workload's responses (queueing its own flights build)."""
+        return self._per_http(mean_rtt_ms, cells, website, space)
+
+    def _per_http(self, fn, cells, website: str, space: ConfigSpace) -> np.ndarray:
+        """``fn(site, bw, rtt, loss, q, stack, h2)`` over the space's HTTP/1.1 and HTTP/2 columns."""
         site = self.website(website)
         bw, rtt, loss, q = self._path(cells)
         stack, h2 = _stack(space)
@@ -102,7 +98,7 @@ class ModelOracle(Oracle):
         for is_h2 in (False, True):
             cols = h2 == is_h2
             if cols.any():
-                out[:, cols] = mean_rtt_ms(site, bw, rtt, loss, q, stack.take(cols), is_h2)
+                out[:, cols] = fn(site, bw, rtt, loss, q, stack.take(cols), is_h2)
         return out
 
     def noise_theta(self, cells, website: str) -> np.ndarray:

@@ -34,7 +34,7 @@ import pandas as pd
 from tailor import paths
 from tailor.errors import OracleError
 from tailor.oracle.base import ConditionGrid, Oracle
-from tailor.oracle.measured import FEATURE_SCALE, MTU, _features, _model_ms, _object_name
+from tailor.oracle.measured import MeasuredOracle, _model_ms, _object_name
 from tailor.oracle.model import DEFAULT_GRID, ModelOracle
 from tailor.oracle.websites import default_catalog
 from tailor.space import ConfigSpace
@@ -156,21 +156,7 @@ class QuicOracle(Oracle):
             out[row[r.condition], col[r.variant]] = np.log(r.median / ref[row[r.condition]])
         return out
 
-    def _cond_values(self):
-        """(bw, RTT, loss, buffer in BDPs) of the measured conditions (the link's queue in packets of MTU bytes)."""
-        c = self.conds
-        q = c.queue_packets * MTU / np.maximum(c.down_mbps * 1e6 / 8 * c.rtt_ms / 1000, 1e-9)
-        return c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.loss.to_numpy(float), q.to_numpy(float)
-
-    def _weights(self, query: np.ndarray, avail: np.ndarray) -> np.ndarray:
-        """IDW weights (n, m, V) over the k nearest measured conditions that have the variant, exact at one."""
-        bw, rtt, loss, _ = self._cond_values()
-        diff = _features(query)[:, None, :] - _features(np.c_[bw, rtt, loss])[None, :, :]
-        d2 = ((diff / FEATURE_SCALE) ** 2).sum(-1)
-        d2 = np.where(avail[None, :, :], d2[:, :, None], np.inf)
-        k = min(self.k, d2.shape[1])
-        kth = np.sort(d2, axis=1)[:, k - 1:k, :]
-        w = np.where(d2 <= kth, 1.0 / np.maximum(d2, 1e-12) ** (self.power / 2), 0.0)
-        exact = d2 < 1e-12
-        w = np.where(exact.any(axis=1, keepdims=True), exact.astype(float), w)
-        return w / np.maximum(w.sum(axis=1, keepdims=True), 1e-300)
+    # the measured oracle's conditions (bw, RTT, loss, buffer in BDPs) and IDW weights: they read only ``conds``,
+    # ``k``, ``power`` and ``name``
+    _cond_values = MeasuredOracle._cond_values
+    _weights = MeasuredOracle._weights

@@ -492,3 +492,42 @@ def test_default_guard_leaves_a_baseline_that_is_slower_than_the_default():
     assert off["slow"] > 0.5, off  # the test can fail: without the guard the baseline stays
     assert on["slow"] < 0.2, on
     assert on["fast"] == 0.0
+
+
+def test_tcp_only_telemetry_reaches_edges_without_sni_or_device():
+    """The manager's view of tailor-agent's connections: no SNI, no device, no website list. What the policy learns
+    for them must be in the table under rules real edges match (no ``sni``, no ``device`` key): a table keyed
+    only by known websites and devices would leave every such connection on the catch-all baseline."""
+    from tailor.grouping import PrefixArchive
+    from tailor.table import compile_table
+    from tailor.table.decide import DecisionTable
+
+    space = ConfigSpace.named("core")
+    archive = PrefixArchive(0.3)
+    p = POPULATIONS["slow"]
+    prefixes = [f"10.9.{net}.0/24" for net in range(4)]
+    for prefix in prefixes:
+        archive.update(prefix, 0.0, p["goodput"], p["loss"], p["rtt"])
+    pol = make_policy("tailor", seed=7, alpha=0.05)
+    pol.reset(space, PolicyEnv(websites=(), update_period_s=300.0, archive=archive))
+    ref = space.configs[pol.baseline_index]
+    good = space.index_of(next(c for c in space.configs if c["tcp.congestion_control"] == "cubic"
+                               and all(c[k] == ref[k] for k in space.grid if k != "tcp.congestion_control")))
+    rng = np.random.default_rng(13)
+    for i in range(6000):
+        if i and i % 300 == 0:
+            pol.plan(float(i), compile=False)
+        prefix = prefixes[i % len(prefixes)]
+        client = ClientInfo(prefix.replace(".0/24", ".7"), prefix, 0, "", "", "")
+        history = PrefixHistory(p["goodput"] * rng.uniform(0.9, 1.1), p["loss"], p["rtt"], 10, 30.0)
+        ctx = Context(float(i), f"s{i}", client, "", p["rtt"] * rng.uniform(1.0, 1.1), history, 0)
+        d = pol.select(ctx)
+        y = p["base_ms"] * (0.7 if d.config == good else 1.0) * (1.0 + 0.1 * rng.standard_normal() ** 2)
+        pol.observe(ctx, d, Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0, 100_000))
+    table = compile_table(pol, 6000.0, 1, archive)
+    edge_rules = [r for r in table["rules"] if r["prefix"] in prefixes and "sni" not in r and "device" not in r]
+    assert sorted(r["prefix"] for r in edge_rules) == prefixes
+    choices = {g["id"]: max(g["choices"], key=lambda c: c["p"])["config"] for g in table["groups"]}
+    main = [choices[DecisionTable(table, validated=True).group_of(prefix.replace(".0/24", ".7"))] for prefix in prefixes]
+    assert main == [space.configs[good].id] * len(prefixes), \
+        f"the learned 30% faster configuration does not reach connections without SNI or device: {main}"

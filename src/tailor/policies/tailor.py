@@ -81,7 +81,8 @@ group's bounds (x2, decaying over ``reopen`` page loads): exploration re-opens f
 
 **Decisions** are deterministic given the state: probability 1, arm ``explore``, ``exploit`` or
 ``default`` (the baseline). Tables (the manager; the simulator's table mode) hold per context cell, with rules per
-archived prefix x device x website, what ``select`` would do, with probabilities: the greedy or safe choice and the
+archived prefix x device x website (each also unknown: the rule without ``device``/``sni`` that tailor-agent's
+TCP-only connections match), what ``select`` would do, with probabilities: the greedy or safe choice and the
 cell's probe with probability ``explore_share``, each non-safe choice only when the group's slack pays, in advance,
 for what edges will draw until the next plan (the cell's page loads of the last period, Poisson; the promised costs'
 mean plus three standard deviations within the slack). Page loads a guardrail served instead of the policy's choice
@@ -689,13 +690,18 @@ class TailorPolicy(Policy):
         return self._group(self._cell(ctx))
 
     def group_of(self, ctx: Context) -> str:
-        cell = self._cell(ctx)
-        return f"{self._group(cell)}|{cell[0]}|{cell[1]}|{cell[4]}|{cell[5]}"
+        return self._gid(self._cell(ctx))
+
+    @classmethod
+    def _gid(cls, cell: tuple) -> str:
+        """A cell's decision group (tables, logs): network class, website, device, loss bin. Not the hour bin: a
+        table holds the cells of one hour bin, and an id that changed with it would restart the manager's per-group
+        state (stickiness, rollback) every six hours."""
+        return f"{cls._group(cell)}|{cell[0]}|{cell[1]}|{cell[4]}"
 
     def _select(self, ctx: Context) -> Decision:
         cell = self._cell(ctx)
-        group = self._group(cell)
-        gid = f"{group}|{cell[0]}|{cell[1]}|{cell[4]}|{cell[5]}"
+        group, gid = self._group(cell), self._gid(cell)
         mean, sd, level, level_var = self._effects(cell, group)
         default = self._base
         ucb, ok = self._bounds(mean, sd)
@@ -1214,21 +1220,22 @@ class TailorPolicy(Policy):
         if archive is None:
             return groups, rules
         hour = int((self._now % 86400.0) // (86400.0 / HOUR_BINS))
+        # "" = not known: tailor-edge knows the SNI but not the device, tailor-agent (TCP-only telemetry) neither, so
+        # each prefix also gets the cells of an unknown device, with and without a website (a rule without that key)
         sites = sorted(self._sites)
+        pairs = [(site, device) for device in DEVICES for site in sites] + [(site, "") for site in sites if site] + [("", "")]
         left: dict[str, list[float]] = {}  # per client group: mean and variance of the costs promised to this table
         for prefix, h in archive.items(0.0):
             rtt = _bin(RTT_EDGES, max(h.rtt_ms, 0.1))
             gp = _bin(GOODPUT_EDGES, max(h.goodput_mbps, 1e-3))
             loss = _bin(LOSS_EDGES, h.loss)
-            for device in DEVICES:
-                for site in sites:
-                    cell = (site, device, rtt, gp, loss, hour)
-                    group = self._group(cell)
-                    gid = f"{group}|{site}|{device}|{loss}|{hour}"
-                    if gid not in groups:
-                        groups[gid] = self._table_choice(cell, group, left)
-                    if groups[gid] != {self._base: 1.0}:
-                        rules.append({"prefix": prefix, "sni": site, "device": device, "group": gid})
+            for site, device in pairs:
+                cell = (site, device, rtt, gp, loss, hour)
+                gid = self._gid(cell)
+                if gid not in groups:
+                    groups[gid] = self._table_choice(cell, self._group(cell), left)
+                if groups[gid] != {self._base: 1.0}:
+                    rules.append({"prefix": prefix, "sni": site, "device": device, "group": gid})
         return groups, rules
 
     def _table_choice(self, cell: tuple, group: str, left: dict[str, list[float]]) -> dict[int, float]:

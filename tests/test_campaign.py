@@ -83,6 +83,19 @@ def test_rounds_bring_unresolved_cells_up_and_stop_at_resolution():
     assert c.loc["bbr", "lo_ms"] < c.loc["bbr", "median_ms"] < c.loc["bbr", "hi_ms"]
 
 
+def test_conditions_below_min_reps_come_first():
+    """A campaign run in pieces covers every condition before it narrows the first ones' intervals."""
+    second = {"name": "c-5m-50ms", "down_mbps": 5, "up_mbps": 5, "rtt_ms": 50, "loss": 0.0, "family": "test",
+              "source": "test"}
+    plan = Plan.from_dict({**TINY, "conditions": TINY["conditions"] + [second], "http": ["1.1"]})
+    (cubic,) = plan.transports
+    a = Adaptive(min_reps=6, step=3, max_reps=9)
+    assert [j.condition.name for j in round_jobs(plan, pd.DataFrame(), a)] == ["c-20m-10ms", "c-5m-50ms"]
+    df = pd.DataFrame(_rows(plan, {cubic: [70, 90, 110, 80, 100, 120]}))  # the first condition: wide, wants 3 more
+    jobs = round_jobs(plan, df, a)
+    assert [(j.condition.name, len(j.fetches)) for j in jobs] == [("c-5m-50ms", 6), ("c-20m-10ms", 3)]
+
+
 def test_aa_batches_open_and_close_each_condition_and_are_compared():
     plan = Plan.from_dict({**TINY, "http": ["1.1"], "configs": [{"cc": "bbr", "iw": 32}]})
     aa = Transport("cubic", 10)

@@ -133,12 +133,16 @@ def batch_of(key: str) -> str:
 def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport | None = None) -> list[Job]:
     """The jobs of the next round: per (condition, transport), the fetches that bring every unfinished cell to
     ``adaptive.wanted`` valid repetitions (new repetition indices after the stored ones). With ``aa``, that
-    transport's two batches open and close each condition's jobs. Empty when every cell is done."""
+    transport's two batches open and close each condition's jobs. Empty when every cell is done.
+
+    Coverage first: the conditions with a cell below ``min_reps`` come before the conditions whose cells only need
+    more repetitions (each group in the plan's order), so that a campaign run in pieces of an hour covers every
+    condition before it narrows the intervals of the first ones."""
     valid = _valid_reps(df)
     sizes = plan.page_sizes() if plan.pages else {}
-    out = []
+    out, later = [], []
     for cond in plan.conditions:
-        per_cond = []
+        per_cond, first_pass = [], False
         batches = [("", tr) for tr in plan.transports]
         if aa is not None:
             batches = [("a", aa)] + batches + [("b", aa)]
@@ -152,6 +156,7 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
                     have = valid.get(cell, [])
                     reps_done = set(valid.get(cell + ("reps",), []))
                     want = adaptive.wanted(have)
+                    first_pass |= len(have) < adaptive.min_reps
                     r, need = 0, want - len(have)
                     while need > 0:  # the lowest repetition indices without a valid row
                         if r not in reps_done:
@@ -162,8 +167,8 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
             if fetches:
                 fetches.sort(key=lambda f: (f.rep, f.page, f.size, f.http))  # repetition-major, as plans do
                 per_cond.append(Job(cond, tr, tuple(fetches)))
-        out.extend(per_cond)
-    return out
+        (out if first_pass else later).extend(per_cond)
+    return out + later
 
 
 def _valid_reps(df: pd.DataFrame) -> dict:

@@ -329,3 +329,42 @@ def test_handover_under_traffic_join_then_sigterm_folds_every_record_once(bus):
     assert bus.stop(b) == 0
     assert len(set(bus.store_records([a, b]))) == sent
     print(f"graceful hand-over in {took:.1f} s, {sent} records")
+
+
+def test_paused_owner_is_fenced_its_stale_state_never_replaces_the_new_owners(bus):
+    """A shard paused past its heartbeat's TTL (SIGSTOP: a long GC, a starved VM) wakes up holding partitions
+    that another shard took over and folded into. Its stale state must never replace the new owner's: here the
+    new owner then dies (kill -9) before any clean hand-over, and the paused shard takes everything back from
+    the bus. Without fencing it would restore its own stale state and lose the records the other acknowledged."""
+    P, N1, N2 = 6, 600, 600
+    a, b = _split_ids(P)
+    owners = assignment(P, [a, b])
+    mine = {s: sorted(p for p, o in owners.items() if o == s) for s in (a, b)}
+    pa, pb = bus.shard(a, P), bus.shard(b, P)
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        try:
+            await _until("the two shards splitting the partitions", lambda: _owned(js, mine), 30, [pa, pb])
+            pub = T.EdgePublisher(js, source="edge-1")
+            await _publish_all(pub, T.records(N1, tag=1), P)
+            await _until(f"{N1} records folded", lambda: _archived(js, N1), 20, [pa, pb])
+            pa.send_signal(signal.SIGSTOP)
+            await _until(f"{b} owning every partition", lambda: _owned(js, {b: list(range(P))}), 30, [pb])
+            await _publish_all(pub, T.records(N2, tag=2), P)  # folded and acknowledged by b alone
+            await _until(f"{N1 + N2} records folded by {b}", lambda: _archived(js, N1 + N2), 20, [pb])
+            pb.kill()  # no clean hand-over: the states b wrote are all there is
+            pb.wait()
+            pa.send_signal(signal.SIGCONT)
+            await _until(f"{a} owning every partition", lambda: _owned(js, {a: list(range(P))}), 30, [pa])
+            await _until(f"{N1 + N2} records folded after {a} woke up", lambda: _archived(js, N1 + N2), 20, [pa])
+            await asyncio.sleep(2)  # a late stale write would show here
+            assert sum(x["records"] for x in (await T.archives(js)).values()) == N1 + N2
+        finally:
+            await nc.close()
+
+    bus.run(scenario())
+    assert bus.stop(a) == 0
+    log = bus.log(a)
+    assert '"event": "bus.fenced"' in log, "the woken shard never noticed it had lost its partitions"
+    assert len(set(bus.store_records([a, b]))) == N1 + N2

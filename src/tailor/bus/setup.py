@@ -21,6 +21,7 @@ GiB, MiB = 1 << 30, 1 << 20
 STREAM = "TAILOR_TELEMETRY"
 TEL_SUBJECTS = "tailor.tel.>"
 TABLES, ARCHIVE, SHARDS, STATE = "tailor-tables", "tailor-archive", "tailor-shards", "tailor-state"
+LEASES = "tailor-leases"  # per partition: who holds it and which state object is the durable one (fencing)
 CLUSTER_KEY = "cluster"
 CLUSTER_SCHEMA = "tailor.cluster/v1"
 MAX_MSG_BYTES = 4 * MiB  # the stream's max message size: one telemetry batch
@@ -44,6 +45,17 @@ def consumer_name(p: int) -> str:
 
 def part_key(p: int) -> str:
     return f"part.{p}"
+
+
+def state_object(p: int, lease_revision: int) -> str:
+    """The name of a state object: one per write (the lease revision it was written under), never overwritten."""
+    return f"part.{p}.{lease_revision}"
+
+
+def is_state_object(p: int, name: str) -> bool:
+    """A state object of partition ``p``: ``part.<p>.<revision>``, or ``part.<p>`` (written before leases)."""
+    head = f"part.{p}."
+    return name == part_key(p) or (name.startswith(head) and name[len(head):].isdigit() and len(name) <= 64)
 
 
 def stream_config(max_bytes: int = STREAM_MAX_BYTES) -> api.StreamConfig:
@@ -95,8 +107,9 @@ async def _object_store(js, bucket: str):
 
 
 async def ensure_buckets(js) -> dict:
-    """{"tables", "archive", "shards", "state"}: the three key-value buckets and the object store."""
+    """{"tables", "archive", "shards", "leases", "state"}: the four key-value buckets and the object store."""
     return {"tables": await _kv(js, TABLES, history=TABLES_HISTORY),
+            "leases": await _kv(js, LEASES, history=1),
             "archive": await _kv(js, ARCHIVE, history=ARCHIVE_HISTORY),
             "shards": await _kv(js, SHARDS, history=1, ttl=HEARTBEAT_TTL_S),
             "state": await _object_store(js, STATE)}

@@ -9,7 +9,9 @@ versions and counters::
 Every second it computes the rendezvous owner of every partition among the live shards, stops the workers of
 the partitions it lost (final cycle, state, acknowledgements, then the claim goes) and starts a worker for a
 partition it won once no other live shard claims it (a clean hand-over: the previous owner's last state is in
-the object store before the new owner reads it; a dead owner's claim ends with its heartbeat's TTL).
+the object store before the new owner reads it; a dead owner's claim ends with its heartbeat's TTL). Each
+worker holds its partition's lease (``tailor-leases``): every state write is confirmed by a compare-and-set
+of the lease before anything is acknowledged, so a shard that was paused past its TTL is fenced.
 
 A :class:`PartitionWorker` runs one :class:`tailor.manager.service.Manager` (``<data>/part-<p>``): it
 restores the authenticated state (:mod:`tailor.bus.state`), publishes the table envelope at takeover, pulls
@@ -32,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nats
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
 
 from tailor.bus import setup as S
 from tailor.bus.partition import owner, partition
@@ -52,6 +54,7 @@ MAX_HEARTBEAT_BYTES = 256 << 10  # a heartbeat value larger than this is ignored
 SHARD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CONNECT_ATTEMPTS = 3  # per server, 1 s apart, at the start
 CRASH_ENV = "TAILOR_BUS_CRASH_BEFORE_ACK"  # tests only: "1" exits (137) after the first state write that folds messages
+MAX_LEASE_BYTES = 4096  # a lease value larger than this is not read (its state reference is ignored)
 
 
 @dataclass
@@ -130,6 +133,10 @@ def _bus_event(event: str):
     return cb
 
 
+class Fenced(Exception):
+    """Another shard took this partition's lease: this worker must not write, acknowledge or publish again."""
+
+
 class BusError(TailorError):
     """The bus cannot be used (unreachable, credentials refused)."""
 
@@ -146,6 +153,9 @@ class PartitionWorker:
         self.ack_wait_s = S.ACK_WAIT_S
         self._progress_at = time.monotonic()
         self.published_version: int | None = None
+        self.lease_rev: int | None = None  # revision of tailor-leases part.<p> this worker last wrote
+        self.state_name: str | None = None  # the state object the lease names (the durable state)
+        self.fenced = False
         self._stop = asyncio.Event()
         self.task: asyncio.Task | None = None
 
@@ -154,16 +164,89 @@ class PartitionWorker:
         return self.mgr.current.version if self.mgr is not None else None
 
     # -- takeover
-    async def _load_state(self):
+    async def _take_lease(self) -> str | None:
+        """Compare-and-set ``part.<p>`` in tailor-leases to this shard; returns the state object it names (the
+        durable state; before any lease existed, the pre-lease object ``part.<p>``). A shard that takes it over
+        afterwards changes the revision, so this worker's next state confirmation fails: it is fenced."""
+        sh, key = self.shard, S.part_key(self.p)
+        try:
+            entry = await sh.leases.get(key)
+            last, raw = entry.revision, entry.value or b""
+        except (KeyNotFoundError, KeyDeletedError):
+            last, raw = None, None
+        named = key if raw is None else None
+        if raw is not None:
+            try:
+                doc = json.loads(raw) if len(raw) <= MAX_LEASE_BYTES else None
+            except ValueError:
+                doc = None
+            named = doc.get("state") if isinstance(doc, dict) else None
+            if named is not None and not (isinstance(named, str) and S.is_state_object(self.p, named)):
+                log("bus.lease_refused", logging.ERROR, partition=self.p,
+                    reason=f"lease field 'state' must name a state object of partition {self.p}", action="starting fresh")
+                named = None
+        value = self._lease_value(named)
+        self.lease_rev = await (sh.leases.create(key, value) if last is None else
+                                sh.leases.update(key, value, last=last))
+        self.state_name = named
+        return named
+
+    def _lease_value(self, state_name: str | None) -> bytes:
+        return json.dumps({"shard": self.shard.cfg.shard_id, "state": state_name, "time": time.time()},
+                          separators=(",", ":")).encode()
+
+    async def _confirm(self, name: str) -> None:
+        """Point the lease at the state object just written, compare-and-set on this worker's revision; raises
+        :class:`Fenced` when another shard took the partition meanwhile (nothing is then acknowledged)."""
         sh = self.shard
         try:
-            info = await sh.obj.get_info(S.part_key(self.p))
+            self.lease_rev = await sh.leases.update(S.part_key(self.p), self._lease_value(name), last=self.lease_rev)
+        except KeyWrongLastSequenceError:
+            self.fenced = True
+            log("bus.fenced", logging.WARNING, partition=self.p, shard=sh.cfg.shard_id, unacknowledged=len(self.pending),
+                note="another shard holds the partition: this worker's folds are dropped, their messages redelivered")
+            try:
+                await sh.obj.delete(name)
+            except Exception:  # noqa: BLE001 (an orphan: removed at the next takeover)
+                pass
+            raise Fenced(self.p) from None
+        previous, self.state_name = self.state_name, name
+        if previous is not None and previous != name:
+            try:
+                await sh.obj.delete(previous)
+            except Exception:  # noqa: BLE001 (an orphan: removed at the next takeover)
+                pass
+
+    async def _remove_orphans(self) -> None:
+        """State objects of this partition that the lease does not name: writes of a fenced worker, or of a
+        worker that died between its write and its confirmation."""
+        sh = self.shard
+        try:
+            infos = await sh.obj.list(ignore_deletes=True)
+        except Exception:  # noqa: BLE001 (NotFoundError: no objects; anything else: tried again at the next takeover)
+            return
+        for info in infos:
+            if S.is_state_object(self.p, info.name) and info.name != self.state_name:
+                try:
+                    await sh.obj.delete(info.name)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    async def _load_state(self, name: str | None):
+        sh = self.shard
+        if name is None:
+            return None
+        try:
+            info = await sh.obj.get_info(name)
         except NotFoundError:
+            if name != S.part_key(self.p):
+                log("bus.state_refused", logging.ERROR, partition=self.p, reason=f"the lease names {name}, not found",
+                    action="starting fresh")
             return None
         if (info.size or 0) > MAX_STATE_BYTES:
             log("bus.state_refused", logging.ERROR, partition=self.p, reason=f"object of {info.size} bytes")
             return None
-        res = await sh.obj.get(S.part_key(self.p))
+        res = await sh.obj.get(name)
         try:
             header, wm, state = await asyncio.to_thread(open_sealed, sh.state_key, self.p, res.data or b"")
         except StateError as err:
@@ -204,7 +287,8 @@ class PartitionWorker:
 
     async def start(self) -> None:
         sh = self.shard
-        loaded = await self._load_state()
+        loaded = await self._load_state(await self._take_lease())
+        await self._remove_orphans()
         prev = await self._previous_version()
         self.mgr = await asyncio.to_thread(self._new_manager, loaded[1] if loaded else None)
         if self.mgr.current.version <= prev:
@@ -240,6 +324,8 @@ class PartitionWorker:
                     await self._commit()
         except asyncio.CancelledError:
             raise
+        except Fenced:
+            return  # released at the shard's next check
         except Exception as err:  # noqa: BLE001 (logged; the shard restarts the worker at its next check)
             log("bus.worker_failed", logging.ERROR, partition=self.p, error=f"{type(err).__name__}: {str(err)[:300]}")
 
@@ -309,6 +395,8 @@ class PartitionWorker:
         from tailor.manager.service import CycleError
 
         c, mgr, sh = self.counters, self.mgr, self.shard
+        if self.fenced:
+            raise Fenced(self.p)
         folded = list(self.pending.values())
         try:
             summary = await asyncio.to_thread(mgr.run_cycle)
@@ -327,7 +415,11 @@ class PartitionWorker:
                 info = await sh.js.consumer_info(S.STREAM, self.name)
                 wm.advance(info.ack_floor.stream_seq)
                 blob = await asyncio.to_thread(seal, sh.state_key, self.p, wm, mgr._good_state)
-                await sh.obj.put(S.part_key(self.p), blob)
+                name = S.state_object(self.p, self.lease_rev)
+                await sh.obj.put(name, blob)
+                await self._confirm(name)
+            except Fenced:
+                raise
             except BaseException:
                 # folded in memory, not durable: kept pending (acknowledged after the next written state; a
                 # redelivery meanwhile is not ingested again)
@@ -376,8 +468,10 @@ class PartitionWorker:
         if self.task is not None:
             await self.task
         try:
-            if self.mgr is not None:
+            if self.mgr is not None and not self.fenced:
                 await self._commit(final=True)
+        except Fenced:
+            pass
         finally:
             if self.sub is not None:
                 try:
@@ -425,6 +519,7 @@ class Shard:
         buckets = await S.ensure_buckets(self.js)
         self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
                                                             buckets["state"])
+        self.leases = buckets["leases"]
         doc, created = await S.cluster_doc(self.tables, cfg.partitions)
         self.partitions, self.salt = doc["partitions"], doc["salt"]
         await S.ensure_consumers(self.js, self.partitions, cfg.ack_wait_s)
@@ -437,8 +532,9 @@ class Shard:
             total = total.add(w.counters)
         doc = {"shard": self.cfg.shard_id, "time": time.time(), "pid": os.getpid(), "partitions": sorted(self.claims),
                "versions": {str(p): w.version for p, w in self.workers.items()}, "counters": total.as_dict()}
+        sent = time.monotonic()  # the bus took it after this: its TTL runs out after sent + TTL at the earliest
         await self.shards.put(f"alive.{self.cfg.shard_id}", json.dumps(doc, separators=(",", ":")).encode())
-        self.beat_ok = time.monotonic()
+        self.beat_ok = sent
 
     async def _beat_forever(self) -> None:
         """Heartbeats on their own task: starting many partitions (seconds) never lets the TTL lapse."""

@@ -1,6 +1,6 @@
 """Learned state in the object store, authenticated before it is unpickled (docs/bus.md, Takeover).
 
-Object ``part.<p>`` of ``tailor-state``::
+Object ``part.<p>.<lease revision>`` of ``tailor-state`` (the lease in ``tailor-leases`` names the durable one)::
 
     MAGIC (b"TAILOR-STATE/1\\n") | tag (32 bytes) | header length (4 bytes, big-endian) | header (JSON) | state
 

@@ -94,6 +94,17 @@ def test_conditions_below_min_reps_come_first():
     df = pd.DataFrame(_rows(plan, {cubic: [70, 90, 110, 80, 100, 120]}))  # the first condition: wide, wants 3 more
     jobs = round_jobs(plan, df, a)
     assert [(j.condition.name, len(j.fetches)) for j in jobs] == [("c-5m-50ms", 6), ("c-20m-10ms", 3)]
+    third = {**second, "name": "c-2m-100ms", "down_mbps": 2, "rtt_ms": 100}
+    plan3 = Plan.from_dict({**TINY, "conditions": TINY["conditions"] + [second, third], "http": ["1.1", "2"]})
+    (cubic3,) = plan3.transports
+
+    def rows_of(cond, http, n):
+        return [{"key": f"{cond}|{cubic3.tag()}|h{http}|10240|r{rep}", "ok": True, "completion_ms": 100.0,
+                 "condition": cond, "cc": "cubic", "iw": 10, "rto_min_ms": 200, "http": http, "size_bytes": 10240,
+                 "page": "", "rep": rep, "loss": 0.0} for rep in range(n)]
+    rows = rows_of("c-5m-50ms", "1.1", 2) + rows_of("c-20m-10ms", "1.1", 6)  # started; one of two cells covered
+    order = [j.condition.name for j in round_jobs(plan3, pd.DataFrame(rows), a)]
+    assert order == ["c-5m-50ms", "c-2m-100ms", "c-20m-10ms"]  # 0 of 2, 0 of 2 (plan order), then 1 of 2 cells
 
 
 def test_aa_batches_open_and_close_each_condition_and_are_compared():

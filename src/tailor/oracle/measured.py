@@ -244,9 +244,8 @@ class MeasuredOracle(Oracle):
 
     def _cond_values(self):
         c = self.conds
-        bdp_pkts = c.down_mbps * 1e6 / 8 * c.rtt_ms / 1000 / MTU
-        q = (c.queue_packets * MTU / MSS) / np.maximum(bdp_pkts * MTU / MSS, 1e-9)
-        return c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.loss.to_numpy(float), q.to_numpy(float)
+        q = queue_bdp(c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.queue_packets.to_numpy(float))
+        return c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.loss.to_numpy(float), q
 
     def _weights(self, query: np.ndarray, avail: np.ndarray) -> np.ndarray:
         """IDW weights (n, m, K) over the k nearest available measured conditions, exact at a measured one."""
@@ -261,6 +260,12 @@ class MeasuredOracle(Oracle):
         exact = d2 < 1e-12
         w = np.where(exact.any(axis=1, keepdims=True), exact.astype(float), w)
         return w / w.sum(axis=1, keepdims=True)
+
+
+def queue_bdp(down_mbps, rtt_ms, queue_packets) -> np.ndarray:
+    """The emulator's queue (packets) in bandwidth-delay products: the buffer unit of the model oracle's ``q``."""
+    bdp_pkts = np.asarray(down_mbps, float) * 1e6 / 8 * np.asarray(rtt_ms, float) / 1000 / MTU
+    return np.asarray(queue_packets, float) / np.maximum(bdp_pkts, 1e-9)
 
 
 def _object_name(size: int) -> str | None:

@@ -31,7 +31,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space, _model_ms
+from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space, _model_ms, queue_bdp
 
 ORACLES = ("model", "measured")
 KINDS = ("objects", "pages", "quic")
@@ -79,7 +79,8 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
             space = _anchor_space(cell[KEYS])
             idx = _config_index(space, cell)
             first = cell.iloc[0]
-            bw, rtt, loss, q = ([float(first[k])] for k in ("down_mbps", "rtt_ms", "loss", "queue_packets"))
+            bw, rtt, loss = ([float(first[k])] for k in ("down_mbps", "rtt_ms", "loss"))
+            q = [float(queue_bdp(bw[0], rtt[0], float(first["queue_packets"])))]  # the model's buffer unit: BDPs
             if name == "model":
                 pred = _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space)[0, idx]
             else:

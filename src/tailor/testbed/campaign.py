@@ -136,13 +136,14 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
     transport's two batches open and close each condition's jobs. Empty when every cell is done.
 
     Coverage first: the conditions with a cell below ``min_reps`` come before the conditions whose cells only need
-    more repetitions (each group in the plan's order), so that a campaign run in pieces of an hour covers every
-    condition before it narrows the intervals of the first ones."""
+    more repetitions, and among them the least covered first (share of cells at ``min_reps``; ties in the plan's
+    order), so that a campaign run in pieces of an hour covers every condition before it narrows the intervals
+    of the first ones."""
     valid = _valid_reps(df)
     sizes = plan.page_sizes() if plan.pages else {}
-    out, later = [], []
-    for cond in plan.conditions:
-        per_cond, first_pass = [], False
+    first, later = [], []
+    for i, cond in enumerate(plan.conditions):
+        per_cond, first_pass, cells, covered = [], False, 0, 0
         batches = [("", tr) for tr in plan.transports]
         if aa is not None:
             batches = [("a", aa)] + batches + [("b", aa)]
@@ -157,6 +158,7 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
                     reps_done = set(valid.get(cell + ("reps",), []))
                     want = adaptive.wanted(have)
                     first_pass |= len(have) < adaptive.min_reps
+                    cells, covered = cells + 1, covered + (len(have) >= adaptive.min_reps)
                     r, need = 0, want - len(have)
                     while need > 0:  # the lowest repetition indices without a valid row
                         if r not in reps_done:
@@ -167,8 +169,11 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
             if fetches:
                 fetches.sort(key=lambda f: (f.rep, f.page, f.size, f.http))  # repetition-major, as plans do
                 per_cond.append(Job(cond, tr, tuple(fetches)))
-        (out if first_pass else later).extend(per_cond)
-    return out + later
+        if first_pass:
+            first.append((covered / max(cells, 1), i, per_cond))
+        else:
+            later.extend(per_cond)
+    return [j for _, _, jobs in sorted(first, key=lambda t: t[:2]) for j in jobs] + later
 
 
 def _valid_reps(df: pd.DataFrame) -> dict:

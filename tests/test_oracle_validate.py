@@ -80,3 +80,45 @@ def test_auto_selection_carries_its_reason_and_figures(tmp_path, monkeypatch):
         assert "no oracle's validation holds" in v["reason"]
     assert len(list(tmp_path.glob("oracle-validation-*.json"))) == 1
     assert select_oracle("auto").validation["figures"] == v["figures"]  # second call reads the cache
+
+
+def _page_dataset(root: Path) -> None:
+    """A page-only campaign (tb-v3 layout) with stored intervals: condition ``same`` measures the model's order,
+    ``reversed`` the reverse order with intervals narrow enough that the model's choice is resolvably worse."""
+    from tailor.oracle.measured import _anchor_space, _model_ms, queue_bdp
+    from tailor.oracle.websites import make_page
+
+    objs = [{"size_bytes": 15000, "origin": 0, "level": 0, "kind": "html"}] + \
+           [{"size_bytes": 40000, "origin": i % 2, "level": 1, "kind": "image"} for i in range(6)]
+    site = make_page("p", [(o["size_bytes"], o["origin"], o["level"], o["kind"]) for o in objs])
+    configs = [("cubic", 4, 200, "1.1"), ("cubic", 10, 200, "1.1"), ("cubic", 32, 200, "2"), ("bbr", 10, 200, "2")]
+    space = _anchor_space(pd.DataFrame(configs, columns=["cc", "iw", "rto_min_ms", "http"]))
+    where = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): i
+             for i, c in enumerate(space.configs)}
+    rows, ivs = [], []
+    for cond, bw, rtt, qp in (("same", 10.0, 50.0, 40), ("reversed", 2.0, 200.0, 60)):
+        model = _model_ms(site, [bw], [rtt], [0.0], [float(queue_bdp(bw, rtt, qp))], space)[0, [where[k] for k in configs]]
+        times = model if cond == "same" else np.sort(model)[::-1][np.argsort(np.argsort(model))]
+        for (cc, iw, rto, http), t in zip(configs, times, strict=True):
+            for rep in range(3):
+                rows.append({"condition": cond, "down_mbps": bw, "rtt_ms": rtt, "loss": 0.0, "queue_packets": qp,
+                             "size_bytes": site.total_bytes, "page": "p", "cc": cc, "iw": iw, "rto_min_ms": rto,
+                             "http": http, "rep": rep, "ok": True, "completion_ms": float(t)})
+            ivs.append({"condition": cond, "workload": "p", "cc": cc, "iw": iw, "rto_min_ms": rto, "http": http,
+                        "batch": "", "lo_ms": 0.99 * t, "hi_ms": 1.01 * t})
+    (root / "pages").mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(root / "pages" / "measurements.parquet", index=False)
+    pd.DataFrame(ivs).to_parquet(root / "pages" / "intervals.parquet", index=False)
+    (root / "pages" / "pages.json").write_text(json.dumps({"p": objs}))
+
+
+def test_page_campaign_dataset_reports_choices_within_the_best_interval(tmp_path, capsys):
+    _page_dataset(tmp_path)
+    s = validate(tmp_path, ("model",), ("objects", "pages"))["oracles"]["model"]
+    assert s["objects"]["covered"] is False  # a page-only campaign has no object cells
+    rows = {r["condition"]: r for r in s["pages"]["rows"]}
+    assert rows["same"]["in_interval"] is True and rows["same"]["cost"] == 0.0
+    assert rows["reversed"]["in_interval"] is False and rows["reversed"]["cost"] > 0.02
+    assert s["pages"]["in_interval"] == 0.5
+    assert main(["oracle", "validate", "--dataset", str(tmp_path), "--oracle", "model"]) == 0
+    assert "| model | pages | 2 | 2 | " in capsys.readouterr().out

@@ -24,9 +24,9 @@ def run(args) -> int:
     from tailor.oracle.validate import ORACLES, format_report, validate
 
     dataset = Path(args.dataset) if args.dataset else DEFAULT_DATASET
-    if not (dataset / "measurements.parquet").exists():
+    if not any((dataset / sub / "measurements.parquet").exists() for sub in (".", "pages")):
         raise ParameterError(f"The 'dataset' parameter of tailor oracle validate must be a testbed dataset "
-                             f"directory (with measurements.parquet). Got {str(dataset)!r}.")
+                             f"directory (with measurements.parquet or pages/measurements.parquet). Got {str(dataset)!r}.")
     oracles = ORACLES if args.oracle == "both" else (args.oracle,)
     result = validate(dataset, oracles)
     print(format_report(result))

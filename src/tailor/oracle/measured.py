@@ -64,15 +64,17 @@ def load_medians(dataset: str | Path = DEFAULT_DATASET, pages: bool = False) -> 
 
     ``pages=True`` reads the Chromium page loads (``<dataset>/pages``; empty frame if there are none)."""
     path = Path(dataset) / (f"{PAGES_SUBDIR}/measurements.parquet" if pages else "measurements.parquet")
+    cond = ["condition", "down_mbps", "rtt_ms", "loss", "queue_packets", "size_bytes"] + (["page"] if pages else [])
     if not path.exists():
         if pages:
             return pd.DataFrame()
+        if (Path(dataset) / PAGES_SUBDIR / "measurements.parquet").exists():  # a page campaign only (tb-v3)
+            return pd.DataFrame(columns=cond + KEYS + ["median", "n", "mean", "sd", "cv"])
         raise OracleError(f"no measured dataset at {path}; run `tailor testbed measure` (docs/testbed.md)")
     df = pd.read_parquet(path)
     df = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])]
     if not pages and "page" in df.columns:
         df = df[df["page"].fillna("") == ""]
-    cond = ["condition", "down_mbps", "rtt_ms", "loss", "queue_packets", "size_bytes"] + (["page"] if pages else [])
     g = df.groupby(cond + KEYS)["completion_ms"]
     out = g.agg(median="median", n="count", mean="mean", sd="std").reset_index()
     out["cv"] = (out["sd"] / out["mean"]).fillna(0.0)
@@ -106,7 +108,7 @@ class MeasuredOracle(Oracle):
             self.page_table["workload"] = self.page_table["page"]
             manifest = _page_manifest(self.dataset)
             measured_pages = {n: manifest.get(n) or catalog[n] for n in sorted(set(self.page_table["page"]))}
-        both = pd.concat([self.table, self.page_table], ignore_index=True)
+        both = pd.concat([t for t in (self.table, self.page_table) if not t.empty] or [self.table], ignore_index=True)
         self.conds = both.drop_duplicates("condition")[["condition", "down_mbps", "rtt_ms", "loss",
                                                         "queue_packets"]].reset_index(drop=True)
         self.anchors = both[KEYS].drop_duplicates().sort_values(KEYS).reset_index(drop=True)

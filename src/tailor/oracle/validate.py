@@ -8,7 +8,10 @@ condition (bandwidth, RTT, loss, queue), and the prediction is compared with the
 * ``agree``: whether the oracle's fastest configuration is the measured fastest;
 * ``cost``: measured time of the oracle's choice over the measured best, minus 1 (what trusting the oracle
   costs in that cell);
-* ``log_error``: median over configurations of |ln(predicted / measured)| (the level, not only the order).
+* ``log_error``: median over configurations of |ln(predicted / measured)| (the level, not only the order);
+* ``in_interval``: where the dataset stores the 95% interval of each median (``pages/intervals.parquet``, written
+  by ``tailor testbed campaign``), whether the oracle's choice is indistinguishable from the measured best (its
+  interval's lower bound at or below the best's upper bound): the cost a dataset of that precision can resolve.
 
 Oracles:
 
@@ -65,11 +68,23 @@ def _cells(oracle: MeasuredOracle, kind: str) -> pd.DataFrame:
     return oracle.table if kind == "objects" else oracle.page_table
 
 
+def _intervals(dataset: Path, kind: str) -> dict:
+    """{(condition, workload, cc, iw, rto_min_ms, http): (lo, hi)} of the campaign's stored intervals, else {}."""
+    path = dataset / "pages" / "intervals.parquet"
+    if kind != "pages" or not path.exists():
+        return {}
+    iv = pd.read_parquet(path)
+    iv = iv[iv["batch"].fillna("") == ""] if "batch" in iv.columns else iv
+    return {(r.condition, r.workload, r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)): (r.lo_ms, r.hi_ms)
+            for r in iv.itertuples()}
+
+
 def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict, list[dict]]:
     """(summary, per-cell rows) of oracle ``name`` on the dataset behind ``oracle`` for one workload kind."""
     if name not in ORACLES:
         raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {ORACLES}. Got {name!r}.")
     table = _cells(oracle, kind)
+    intervals = _intervals(oracle.dataset, kind)
     rows = []
     if not table.empty:
         for (cond, workload), cell in table.groupby(["condition", "workload"], sort=True):
@@ -86,9 +101,13 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
             else:
                 pred = oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=cond)[0, idx]
             scores = cell_scores(cell["median"].to_numpy(), pred)
+            keys = [(cond, workload, r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)) for r in cell.itertuples()]
+            chosen, best = keys[int(np.argmin(pred))], keys[int(np.argmin(cell["median"].to_numpy()))]
+            inside = bool(intervals[chosen][0] <= intervals[best][1]) if chosen in intervals and best in intervals \
+                else math.nan
             rows.append({"condition": cond, "workload": workload, "configs": int(len(cell)),
                          "reps_median": float(cell["n"].median()), "cv_median": float(cell["cv"].median()),
-                         **scores})
+                         **scores, "in_interval": inside})
     return summarize(rows), rows
 
 
@@ -104,7 +123,13 @@ def summarize(rows: list[dict]) -> dict:
             "best_agrees": float(df["agree"].mean()),
             "cost_median": float(df["cost"].median()), "cost_p90": float(df["cost"].quantile(0.9)),
             "log_error_median": float(df["log_error"].median()),
-            "cv_median": float(df["cv_median"].median())}
+            "cv_median": float(df["cv_median"].median()),
+            "in_interval": float(df["in_interval"].dropna().astype(float).mean())
+            if "in_interval" in df and df["in_interval"].notna().any() else None}  # None: the dataset has no intervals
+
+
+def _share(x) -> str:
+    return "n/a (no intervals)" if x is None or not math.isfinite(x) else f"{x:.0%}"
 
 
 def quic_cells(dataset: Path) -> int:
@@ -136,18 +161,18 @@ def validate(dataset: str | Path = DEFAULT_DATASET, oracles=ORACLES, kinds=KINDS
 def format_report(result: dict) -> str:
     lines = [f"dataset {result['dataset']}: per measured cell, the oracle's order of the measured configurations",
              "| oracle | workload | cells | conditions | rho median | rho p25 | best agrees | cost median | "
-             "cost p90 | |log error| median | measured CV median |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "cost p90 | |log error| median | measured CV median | choice within the best's 95% interval |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, kinds in result["oracles"].items():
         for kind, s in kinds.items():
             if not s.get("covered"):
                 lines.append(f"| {name} | {kind} | {s['cells']} | not covered: "
-                             f"{s.get('why', 'no measured cells')} |||||||")
+                             f"{s.get('why', 'no measured cells')} ||||||||")
                 continue
             lines.append(f"| {name}{' (LOCO)' if name == 'measured' else ''} | {kind} | {s['cells']} | "
                          f"{s['conditions']} | {s['rho_median']:.2f} | {s['rho_p25']:.2f} | {s['best_agrees']:.0%} | "
                          f"{s['cost_median']:.1%} | {s['cost_p90']:.1%} | {s['log_error_median']:.3f} | "
-                         f"{s['cv_median']:.3f} |")
+                         f"{s['cv_median']:.3f} | {_share(s.get('in_interval'))} |")
     return "\n".join(lines)
 
 

@@ -110,3 +110,12 @@ def test_bus_flags_as_config_keys(tmp_path):
     add_arguments(p)
     args = with_config_file(p.parse_args(["--config", str(conf), "--shard-id", "s2"]))
     assert (args.bus, args.shard_id, args.partitions, args.bus_user) == ("nats://127.0.0.1:4222", "s2", 8, "manager")
+
+
+def test_state_object_names_are_per_partition_and_never_reused():
+    from tailor.bus import setup as S
+
+    assert S.state_object(3, 17, 2) == "part.3.17.2" and S.is_state_object(3, "part.3.17.2")
+    assert S.is_state_object(3, "part.3")  # written before the leases
+    for bad in ("part.31.17.2", "part.3.17", "part.3.x.2", "part.3.17.2.1", "part.4.17.2", "../part.3.1.1"):
+        assert not S.is_state_object(3, bad), bad

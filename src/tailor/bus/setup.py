@@ -47,15 +47,17 @@ def part_key(p: int) -> str:
     return f"part.{p}"
 
 
-def state_object(p: int, lease_revision: int) -> str:
-    """The name of a state object: one per write (the lease revision it was written under), never overwritten."""
-    return f"part.{p}.{lease_revision}"
+def state_object(p: int, lease_revision: int, write: int) -> str:
+    """The name of a state object: one per write (the lease revision it was written under and the worker's write
+    count), never overwritten."""
+    return f"part.{p}.{lease_revision}.{write}"
 
 
 def is_state_object(p: int, name: str) -> bool:
-    """A state object of partition ``p``: ``part.<p>.<revision>``, or ``part.<p>`` (written before leases)."""
+    """A state object of partition ``p``: ``part.<p>.<revision>.<write>``, or ``part.<p>`` (written before leases)."""
     head = f"part.{p}."
-    return name == part_key(p) or (name.startswith(head) and name[len(head):].isdigit() and len(name) <= 64)
+    rest = name[len(head):].split(".") if name.startswith(head) else []
+    return name == part_key(p) or (len(rest) == 2 and all(x.isdigit() for x in rest) and len(name) <= 64)
 
 
 def stream_config(max_bytes: int = STREAM_MAX_BYTES) -> api.StreamConfig:

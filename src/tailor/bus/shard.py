@@ -156,6 +156,7 @@ class PartitionWorker:
         self.lease_rev: int | None = None  # revision of tailor-leases part.<p> this worker last wrote
         self.state_name: str | None = None  # the state object the lease names (the durable state)
         self.fenced = False
+        self.writes = 0  # state objects written by this worker (part of their names: none is ever overwritten)
         self._stop = asyncio.Event()
         self.task: asyncio.Task | None = None
 
@@ -202,13 +203,11 @@ class PartitionWorker:
         try:
             self.lease_rev = await sh.leases.update(S.part_key(self.p), self._lease_value(name), last=self.lease_rev)
         except KeyWrongLastSequenceError:
+            # not deleted: after an update whose reply was lost the lease may name it (an orphan otherwise, removed
+            # at the next takeover)
             self.fenced = True
             log("bus.fenced", logging.WARNING, partition=self.p, shard=sh.cfg.shard_id, unacknowledged=len(self.pending),
                 note="another shard holds the partition: this worker's folds are dropped, their messages redelivered")
-            try:
-                await sh.obj.delete(name)
-            except Exception:  # noqa: BLE001 (an orphan: removed at the next takeover)
-                pass
             raise Fenced(self.p) from None
         previous, self.state_name = self.state_name, name
         if previous is not None and previous != name:
@@ -415,7 +414,8 @@ class PartitionWorker:
                 info = await sh.js.consumer_info(S.STREAM, self.name)
                 wm.advance(info.ack_floor.stream_seq)
                 blob = await asyncio.to_thread(seal, sh.state_key, self.p, wm, mgr._good_state)
-                name = S.state_object(self.p, self.lease_rev)
+                self.writes += 1
+                name = S.state_object(self.p, self.lease_rev, self.writes)
                 await sh.obj.put(name, blob)
                 await self._confirm(name)
             except Fenced:

@@ -247,11 +247,16 @@ def _split_ids(partitions: int) -> tuple[str, str]:
     raise AssertionError("no split")
 
 
+def _split(partitions: int) -> tuple[str, str, dict[str, list[int]]]:
+    """Two shard ids that split the partitions, and the partitions each one owns when both are live."""
+    a, b = _split_ids(partitions)
+    owners = assignment(partitions, [a, b])
+    return a, b, {s: sorted(p for p, o in owners.items() if o == s) for s in (a, b)}
+
+
 def test_two_shards_split_and_kill_9_takeover_loses_no_acknowledged_record(bus):
     P, N1, N2 = 6, 600, 600
-    a, b = _split_ids(P)
-    owners = assignment(P, [a, b])
-    mine = {s: sorted(p for p, o in owners.items() if o == s) for s in (a, b)}
+    a, b, mine = _split(P)
     pa, pb = bus.shard(a, P), bus.shard(b, P)
 
     async def scenario():
@@ -287,9 +292,7 @@ def test_two_shards_split_and_kill_9_takeover_loses_no_acknowledged_record(bus):
 
 def test_handover_under_traffic_join_then_sigterm_folds_every_record_once(bus):
     P = 6
-    a, b = _split_ids(P)
-    owners = assignment(P, [a, b])
-    mine = {s: sorted(p for p, o in owners.items() if o == s) for s in (a, b)}
+    a, b, mine = _split(P)
     pa = bus.shard(a, P)
 
     async def scenario():
@@ -337,9 +340,7 @@ def test_paused_owner_is_fenced_its_stale_state_never_replaces_the_new_owners(bu
     new owner then dies (kill -9) before any clean hand-over, and the paused shard takes everything back from
     the bus. Without fencing it would restore its own stale state and lose the records the other acknowledged."""
     P, N1, N2 = 6, 600, 600
-    a, b = _split_ids(P)
-    owners = assignment(P, [a, b])
-    mine = {s: sorted(p for p, o in owners.items() if o == s) for s in (a, b)}
+    a, b, mine = _split(P)
     pa, pb = bus.shard(a, P), bus.shard(b, P)
 
     async def scenario():

@@ -34,7 +34,8 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space, _model_ms, queue_bdp
+from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGES_SUBDIR, MeasuredOracle, _anchor_space, _model_ms,
+                                    queue_bdp)
 
 ORACLES = ("model", "measured")
 KINDS = ("objects", "pages", "quic")
@@ -70,7 +71,7 @@ def _cells(oracle: MeasuredOracle, kind: str) -> pd.DataFrame:
 
 def _intervals(dataset: Path, kind: str) -> dict:
     """{(condition, workload, cc, iw, rto_min_ms, http): (lo, hi)} of the campaign's stored intervals, else {}."""
-    path = dataset / "pages" / "intervals.parquet"
+    path = dataset / PAGES_SUBDIR / "intervals.parquet"
     if kind != "pages" or not path.exists():
         return {}
     iv = pd.read_parquet(path)

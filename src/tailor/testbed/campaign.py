@@ -143,7 +143,7 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
     sizes = plan.page_sizes() if plan.pages else {}
     first, later = [], []
     for i, cond in enumerate(plan.conditions):
-        per_cond, first_pass, cells, covered = [], False, 0, 0
+        per_cond, cells, covered = [], 0, 0
         batches = [("", tr) for tr in plan.transports]
         if aa is not None:
             batches = [("a", aa)] + batches + [("b", aa)]
@@ -157,7 +157,6 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
                     have = valid.get(cell, [])
                     reps_done = set(valid.get(cell + ("reps",), []))
                     want = adaptive.wanted(have)
-                    first_pass |= len(have) < adaptive.min_reps
                     cells, covered = cells + 1, covered + (len(have) >= adaptive.min_reps)
                     r, need = 0, want - len(have)
                     while need > 0:  # the lowest repetition indices without a valid row
@@ -169,7 +168,7 @@ def round_jobs(plan: Plan, df: pd.DataFrame, adaptive: Adaptive, aa: Transport |
             if fetches:
                 fetches.sort(key=lambda f: (f.rep, f.page, f.size, f.http))  # repetition-major, as plans do
                 per_cond.append(Job(cond, tr, tuple(fetches)))
-        if first_pass:
+        if covered < cells:  # a cell below min_reps: this condition's first pass is not done
             first.append((covered / max(cells, 1), i, per_cond))
         else:
             later.extend(per_cond)

@@ -122,3 +122,55 @@ def test_page_campaign_dataset_reports_choices_within_the_best_interval(tmp_path
     assert s["pages"]["in_interval"] == 0.5
     assert main(["oracle", "validate", "--dataset", str(tmp_path), "--oracle", "model"]) == 0
     assert "| model | pages | 2 | 2 | " in capsys.readouterr().out
+
+
+def _calibration_dataset(root: Path, value: float) -> None:
+    """Page loads measured as the model's own times with OVERSHOOT_RECOVERY_RTT = ``value`` on four conditions
+    whose one-BDP buffers a loss-based slow start overflows (where the constant matters)."""
+    from tailor.oracle.calibrate import _constant
+    from tailor.oracle.measured import _anchor_space, _model_ms, queue_bdp
+    from tailor.oracle.websites import make_page
+
+    objs = [{"size_bytes": 15000, "origin": 0, "level": 0, "kind": "html"}] + \
+           [{"size_bytes": 90000, "origin": i % 2, "level": 1, "kind": "image"} for i in range(8)]
+    site = make_page("p", [(o["size_bytes"], o["origin"], o["level"], o["kind"]) for o in objs])
+    configs = [(cc, iw, 200, http) for cc in ("cubic", "bbr") for iw in (4, 10, 32) for http in ("1.1", "2")]
+    space = _anchor_space(pd.DataFrame(configs, columns=["cc", "iw", "rto_min_ms", "http"]))
+    where = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): i
+             for i, c in enumerate(space.configs)}
+    rows = []
+    for cond, bw, rtt in (("a", 10.0, 50.0), ("b", 5.0, 100.0), ("c", 20.0, 40.0), ("d", 3.0, 120.0)):
+        qp = round(bw * 1e6 / 8 * rtt / 1000 / 1448)  # one BDP of queue
+        with _constant(value):
+            times = _model_ms(site, [bw], [rtt], [0.0], [float(queue_bdp(bw, rtt, qp))], space)[0, [where[k] for k in configs]]
+        for (cc, iw, rto, http), t in zip(configs, times, strict=True):
+            for rep in range(3):
+                rows.append({"condition": cond, "down_mbps": bw, "rtt_ms": rtt, "loss": 0.0, "queue_packets": qp,
+                             "size_bytes": site.total_bytes, "page": "p", "cc": cc, "iw": iw, "rto_min_ms": rto,
+                             "http": http, "rep": rep, "ok": True, "completion_ms": float(t)})
+    (root / "pages").mkdir(parents=True)
+    pd.DataFrame(rows).to_parquet(root / "pages" / "measurements.parquet", index=False)
+    (root / "pages" / "pages.json").write_text(json.dumps({"p": objs}))
+
+
+@pytest.mark.parametrize("truth", [0.0, 1.0])
+def test_calibrate_recovers_the_constant_that_made_the_data(tmp_path, truth):
+    """Data made by the model at a known constant: every fold picks it, and the held-out order is exact."""
+    from tailor.oracle.calibrate import calibrate, score_rows
+
+    _calibration_dataset(tmp_path, truth)
+    rows = score_rows(tmp_path, (0.0, 1.0))
+    assert not np.allclose(rows[0.0]["rho"], rows[1.0]["rho"])  # the constant changes the order here
+    result = calibrate(tmp_path, values=(0.0, 0.5, 1.0))
+    assert [f["chosen"] for f in result["folds"]] == [truth] * 4 and result["fitted_on_all"] == truth
+    held = result["held_out"]["pages"]
+    assert held["cells"] == 4 and held["rho_median"] == pytest.approx(1.0) and held["cost_p90"] == 0.0
+    with pytest.raises(OracleError):
+        calibrate(tmp_path, values=(0.0, 2.0))  # above one RTT: time would fall as loss rises
+
+
+def test_calibrate_command_prints_the_held_out_figures(tmp_path, capsys):
+    _calibration_dataset(tmp_path, 1.0)
+    assert main(["oracle", "calibrate", "--dataset", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| pages, held-out conditions | 4 | 1.00 |" in out and "fitted on all conditions: 1" in out

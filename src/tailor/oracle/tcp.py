@@ -18,6 +18,9 @@ CLIENT_RTO_MIN_MS = 200.0  # an untuned client (Linux TCP_RTO_MIN)
 BBR_STARTUP_GAIN = 2.885  # 2/ln 2: BBR's startup pacing gain
 TLS_FLIGHT_SEGMENTS = 3  # server's TLS 1.3 flight (certificate chain ~4 KB)
 RTO_MAX_MS = 120000.0
+# The one fitted constant: the recovery round of a loss-based slow start that overflows BDP + buffer, in RTTs (0..1).
+# Chosen by `tailor oracle calibrate` (leave-one-condition-out over tb-v3's 12 conditions; MODEL.md section 6a).
+OVERSHOOT_RECOVERY_RTT = 1.0
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,10 @@ def overshoot_ms(before, d, iw, sh: Share, bbr):
     Charged per level on each connection: the ramp (one window past the point where a window grown from
     ``iw`` reaches the cap, over the connection's delivered segments ``before + d``) times the level's
     share of a window, d / cap (a connection already at the cap overflows again when it sends another
-    window: the loss-based sawtooth). Loss-based: idle rtt * (1 - q) during recovery, unless a random loss ended
-    slow start first (probability 1 - (1-p)^segments; that loss is charged by ``transfer_ms`` and costs
+    window: the loss-based sawtooth). Loss-based: the recovery round, ``OVERSHOOT_RECOVERY_RTT`` RTTs (calibrated,
+    MODEL.md 6a), or the idle pipe rtt * (1 - q) during it when the buffer is under one BDP, whichever is more;
+    at most one RTT, what a random loss that ends slow start costs instead (so time stays monotone in loss),
+    unless a random loss ended slow start first (probability 1 - (1-p)^segments; that loss is charged by ``transfer_ms`` and costs
     at least one RTT). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
     BDP it loses packets too but keeps its rate, so it pays half as much, scaled by (1.5 - q)/1.5.
     """
@@ -152,15 +157,21 @@ def overshoot_ms(before, d, iw, sh: Share, bbr):
     to_cap = np.maximum(cap - iw, 0.0)
     crossed = np.clip((before + d - to_cap) / cap, 0.0, 1.0) * np.minimum(d / cap, 1.0)
     survive = 1.0 - loss_prob(np.minimum(to_cap + cap, before + d), sh.p)
-    loss_based = np.maximum(1.0 - sh.q, 0.0) * survive
+    loss_based = np.maximum(np.maximum(1.0 - sh.q, 0.0), OVERSHOOT_RECOVERY_RTT) * survive
     bbr_cost = 0.5 * np.clip((1.5 - sh.q) / 1.5, 0.0, 1.0)
     return crossed * sh.rtt * np.where(bbr, bbr_cost, loss_based)
 
 
 def pacing_ms(d, w0, sh: Share, bbr):
-    """BBR spreads a window-limited final flight over rtt/2.89 (measured: iw32 paced over 24 ms)."""
+    """BBR paces a flight at 2.89 x window / rtt (its initial rate cwnd/srtt x 2/ln 2; later its delivery rate).
+
+    The final flight of ``last`` segments with a window of max(w0, last) takes rtt/2.89 x last / window (measured:
+    iw32 paced over 24 ms); what exceeds the bottleneck's own time last/rate is the cost. A small response on a
+    warm connection (d much smaller than its window) is paced at the window's rate, so it costs little.
+    """
     last = np.minimum(np.minimum(d, np.maximum(w0, (d + w0) / 2)), sh.pipe)
-    return np.where(bbr, np.maximum(sh.rtt / BBR_STARTUP_GAIN - last / sh.rate, 0.0), 0.0)
+    spread = sh.rtt / BBR_STARTUP_GAIN * last / np.maximum(w0, last)
+    return np.where(bbr, np.maximum(spread - last / sh.rate, 0.0), 0.0)
 
 
 def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None):

@@ -80,6 +80,12 @@ def test_auto_selection_carries_its_reason_and_figures(tmp_path, monkeypatch):
         assert "no oracle's validation holds" in v["reason"]
     assert len(list(tmp_path.glob("oracle-validation-*.json"))) == 1
     assert select_oracle("auto").validation["figures"] == v["figures"]  # second call reads the cache
+    from tailor.oracle.measured import PAGE_DATASET
+
+    if (PAGE_DATASET / "pages" / "measurements.parquet").exists():  # pages are judged on the page campaign
+        assert v["figures"]["model"]["pages"]["dataset"] == PAGE_DATASET.name
+        assert v["figures"]["model"]["objects"]["dataset"] != PAGE_DATASET.name
+        assert v["figures"]["model"]["pages"]["split_half_median"] is not None
 
 
 def _page_dataset(root: Path) -> None:
@@ -174,3 +180,23 @@ def test_calibrate_command_prints_the_held_out_figures(tmp_path, capsys):
     assert main(["oracle", "calibrate", "--dataset", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| pages, held-out conditions | 4 | 1.00 |" in out and "fitted on all conditions: 1" in out
+
+
+def test_split_half_rho_is_the_agreement_of_odd_and_even_repetitions(tmp_path):
+    """Even repetitions in one order and odd ones in the reverse: the halves disagree completely (rho -1);
+    identical repetitions agree (rho 1)."""
+    from tailor.oracle.validate import split_halves
+
+    configs = [("cubic", 4, 200, "1.1"), ("cubic", 10, 200, "1.1"), ("bbr", 10, 200, "2"), ("bbr", 32, 200, "2")]
+    rows = []
+    for cond in ("flip", "steady"):
+        for i, (cc, iw, rto, http) in enumerate(configs):
+            for rep in range(4):
+                t = 1000.0 + 100 * (i if cond == "steady" or rep % 2 == 0 else len(configs) - 1 - i)
+                rows.append({"condition": cond, "size_bytes": 5000, "page": "p", "cc": cc, "iw": iw, "rto_min_ms": rto,
+                             "http": http, "rep": rep, "started_unix": 10.0 * rep + i, "ok": True, "completion_ms": t})
+    (tmp_path / "pages").mkdir()
+    pd.DataFrame(rows).to_parquet(tmp_path / "pages" / "measurements.parquet", index=False)
+    halves = split_halves(tmp_path, "pages")
+    assert halves[("flip", 5000, "p")] == pytest.approx(-1.0) and halves[("steady", 5000, "p")] == pytest.approx(1.0)
+    assert split_halves(tmp_path, "objects") == {}  # no object measurements in a page campaign

@@ -60,8 +60,9 @@ def _print_selection(oracle, err) -> None:
     v = getattr(oracle, "validation", None) or {}
     err.print(f"oracle {oracle.name}: {v.get('reason', '')}", highlight=False, soft_wrap=True)
     for name, kinds in (v.get("figures") or {}).items():
-        err.print(f"  validation on {v['dataset']} ({'leave-one-condition-out' if name == 'measured' else 'unfitted'}) "
-                  f"{one_line(name, kinds)}", highlight=False, soft_wrap=True)
+        how = ("leave-one-condition-out" if name == "measured" else
+               "its one fitted constant from tb-v3: pages in-sample; held out by `tailor oracle calibrate`")
+        err.print(f"  validation ({how}) {one_line(name, kinds)}", highlight=False, soft_wrap=True)
 
 
 def _evaluate_seed(args, seed, oracle, policies, progress, err):

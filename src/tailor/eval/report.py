@@ -131,6 +131,6 @@ def _validation_html(meta: dict) -> str:
     v = meta.get("oracle_validation") or {}
     if not v:
         return ""
-    lines = "".join(f"<br>validation on {html.escape(str(v['dataset']))}: {html.escape(one_line(n, k))}"
+    lines = "".join(f"<br>validation: {html.escape(one_line(n, k))}"
                     for n, k in (v.get("figures") or {}).items())
     return f": {html.escape(str(v.get('reason', '')))}{lines}"

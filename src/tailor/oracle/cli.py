@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
     v.add_argument("--json", metavar="FILE", default=None, help="also write every figure and per-cell row as JSON")
     c = osub.add_parser("calibrate", help="choose the model's fitted constant by leave-one-condition-out "
                                           "cross-validation and print the held-out figures")
-    c.add_argument("--dataset", default="data/oracle/tb-v3", help="dataset to fit on (default: data/oracle/tb-v3)")
+    c.add_argument("--dataset", default=None, help="dataset to fit on (default: the page campaign, data/oracle/tb-v3)")
     c.add_argument("--check", action="append", default=[], metavar="DIR",
                    help="a dataset taking no part in the choice, scored at the fitted value (repeatable)")
     c.add_argument("--json", metavar="FILE", default=None, help="also write every figure as JSON")
@@ -40,7 +40,10 @@ def run(args) -> int:
     if args.oracle_command == "calibrate":
         from tailor.oracle.calibrate import calibrate, format_report as calibrate_report
 
-        result = calibrate(_dataset(args.dataset, "calibrate"), [_dataset(c, "calibrate", "check") for c in args.check])
+        from tailor.oracle.measured import PAGE_DATASET
+
+        result = calibrate(_dataset(args.dataset or PAGE_DATASET, "calibrate"),
+                           [_dataset(c, "calibrate", "check") for c in args.check])
         print(calibrate_report(result))
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1, allow_nan=True))

@@ -51,6 +51,8 @@ from tailor.space import ConfigSpace
 _DATA = paths.DATA_DIR / "oracle"
 DEFAULT_DATASET = _DATA / "tb-v2" if (_DATA / "tb-v2" / "measurements.parquet").exists() else _DATA / "tb-v1"
 PAGES_SUBDIR = "pages"
+# The page campaign made to settle the page oracles (tailor testbed campaign): what their page validation reads
+PAGE_DATASET = _DATA / "tb-v3"
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
 FEATURE_SCALE = np.array([np.log(4.0), np.log(3.0), np.log(11.0)])  # one unit = x4 bw, x3 RTT, 0 -> 1 % loss
 THETA_BOUNDS = (0.005, 0.25)

@@ -9,6 +9,9 @@ condition (bandwidth, RTT, loss, queue), and the prediction is compared with the
 * ``cost``: measured time of the oracle's choice over the measured best, minus 1 (what trusting the oracle
   costs in that cell);
 * ``log_error``: median over configurations of |ln(predicted / measured)| (the level, not only the order);
+* ``split_half``: Spearman's rho between the medians of the cell's odd and even repetitions (in measurement order)
+  over its configurations: how reproducible the measured order itself is, the ceiling an oracle's rho can be
+  judged against (a cell whose halves disagree cannot be ordered by anything);
 * ``in_interval``: where the dataset stores the 95% interval of each median (``pages/intervals.parquet``, written
   by ``tailor testbed campaign``), whether the oracle's choice is indistinguishable from the measured best (its
   interval's lower bound at or below the best's upper bound): the cost a dataset of that precision can resolve.
@@ -34,8 +37,8 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGES_SUBDIR, MeasuredOracle, _anchor_space, _model_ms,
-                                    queue_bdp)
+from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGES_SUBDIR, MeasuredOracle, _anchor_space,
+                                    _model_ms, queue_bdp)
 
 ORACLES = ("model", "measured")
 KINDS = ("objects", "pages", "quic")
@@ -80,12 +83,38 @@ def _intervals(dataset: Path, kind: str) -> dict:
             for r in iv.itertuples()}
 
 
+def split_halves(dataset: Path, kind: str) -> dict:
+    """{(condition, size_bytes, page): split-half rho} from the raw repetitions of every cell with >= MIN_CONFIGS
+    configurations measured at least twice (``page`` is "" for objects)."""
+    path = dataset / (f"{PAGES_SUBDIR}/measurements.parquet" if kind == "pages" else "measurements.parquet")
+    if not path.exists():
+        return {}
+    df = pd.read_parquet(path)
+    df = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])]
+    df = df.assign(page=df["page"].fillna("") if "page" in df.columns else "")
+    df = df[df["page"] != ""] if kind == "pages" else df[df["page"] == ""]
+    order = "started_unix" if "started_unix" in df.columns else "rep"
+    out = {}
+    for key, cell in df.sort_values(order).groupby(["condition", "size_bytes", "page"], sort=False):
+        halves = []
+        for _, runs in cell.groupby(KEYS, sort=False):
+            t = runs["completion_ms"].to_numpy()
+            if len(t) >= 2:
+                halves.append((np.median(t[0::2]), np.median(t[1::2])))
+        if len(halves) >= MIN_CONFIGS:
+            a, b = np.array(halves).T
+            out[(key[0], int(key[1]), key[2])] = float(spearmanr(a, b).statistic) \
+                if np.ptp(a) > 0 and np.ptp(b) > 0 else math.nan
+    return out
+
+
 def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict, list[dict]]:
     """(summary, per-cell rows) of oracle ``name`` on the dataset behind ``oracle`` for one workload kind."""
     if name not in ORACLES:
         raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {ORACLES}. Got {name!r}.")
     table = _cells(oracle, kind)
     intervals = _intervals(oracle.dataset, kind)
+    halves = split_halves(oracle.dataset, kind)
     rows = []
     if not table.empty:
         for (cond, workload), cell in table.groupby(["condition", "workload"], sort=True):
@@ -106,9 +135,11 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
             chosen, best = keys[int(np.argmin(pred))], keys[int(np.argmin(cell["median"].to_numpy()))]
             inside = bool(intervals[chosen][0] <= intervals[best][1]) if chosen in intervals and best in intervals \
                 else math.nan
+            page = str(first["page"]) if "page" in cell.columns and isinstance(first["page"], str) else ""
             rows.append({"condition": cond, "workload": workload, "configs": int(len(cell)),
                          "reps_median": float(cell["n"].median()), "cv_median": float(cell["cv"].median()),
-                         **scores, "in_interval": inside})
+                         **scores, "in_interval": inside,
+                         "split_half": halves.get((cond, int(first["size_bytes"]), page), math.nan)})
     return summarize(rows), rows
 
 
@@ -125,12 +156,18 @@ def summarize(rows: list[dict]) -> dict:
             "cost_median": float(df["cost"].median()), "cost_p90": float(df["cost"].quantile(0.9)),
             "log_error_median": float(df["log_error"].median()),
             "cv_median": float(df["cv_median"].median()),
+            "split_half_median": float(df["split_half"].median()) if "split_half" in df and df["split_half"].notna().any()
+            else None,
             "in_interval": float(df["in_interval"].dropna().astype(float).mean())
             if "in_interval" in df and df["in_interval"].notna().any() else None}  # None: the dataset has no intervals
 
 
 def _share(x) -> str:
     return "n/a (no intervals)" if x is None or not math.isfinite(x) else f"{x:.0%}"
+
+
+def _rho(x) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}"
 
 
 def quic_cells(dataset: Path) -> int:
@@ -162,18 +199,19 @@ def validate(dataset: str | Path = DEFAULT_DATASET, oracles=ORACLES, kinds=KINDS
 def format_report(result: dict) -> str:
     lines = [f"dataset {result['dataset']}: per measured cell, the oracle's order of the measured configurations",
              "| oracle | workload | cells | conditions | rho median | rho p25 | best agrees | cost median | "
-             "cost p90 | |log error| median | measured CV median | choice within the best's 95% interval |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "cost p90 | |log error| median | measured CV median | measured split-half rho median | "
+             "choice within the best's 95% interval |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, kinds in result["oracles"].items():
         for kind, s in kinds.items():
             if not s.get("covered"):
                 lines.append(f"| {name} | {kind} | {s['cells']} | not covered: "
-                             f"{s.get('why', 'no measured cells')} ||||||||")
+                             f"{s.get('why', 'no measured cells')} |||||||||")
                 continue
             lines.append(f"| {name}{' (LOCO)' if name == 'measured' else ''} | {kind} | {s['cells']} | "
                          f"{s['conditions']} | {s['rho_median']:.2f} | {s['rho_p25']:.2f} | {s['best_agrees']:.0%} | "
                          f"{s['cost_median']:.1%} | {s['cost_p90']:.1%} | {s['log_error_median']:.3f} | "
-                         f"{s['cv_median']:.3f} | {_share(s.get('in_interval'))} |")
+                         f"{s['cv_median']:.3f} | {_rho(s.get('split_half_median'))} | {_share(s.get('in_interval'))} |")
     return "\n".join(lines)
 
 
@@ -192,11 +230,11 @@ def holds(summary: dict, kind: str) -> bool:
     return ok and ("rho_median" not in t or summary["rho_median"] >= t["rho_median"])
 
 
-def _cache_key(dataset: Path) -> str:
+def _cache_key(*datasets: Path) -> str:
     import hashlib
 
     h = hashlib.sha1()
-    files = sorted(dataset.glob("measurements.parquet")) + sorted(dataset.glob("*/measurements.parquet"))
+    files = [f for d in datasets for f in sorted(d.glob("measurements.parquet")) + sorted(d.glob("*/measurements.parquet"))]
     here = Path(__file__).parent
     for f in files + [here / n for n in ("model.py", "measured.py", "validate.py", "websites.py", "tcp.py")]:
         if f.exists():
@@ -205,20 +243,38 @@ def _cache_key(dataset: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_validation(dataset: str | Path = DEFAULT_DATASET) -> dict:
-    """Summaries (no per-cell rows) of both oracles on ``dataset``, cached by the content of the dataset and of
-    the oracles' code (``$TAILOR_CACHE_DIR``, default ``~/.cache/tailor``): a changed model is re-validated."""
+def _has_pages(dataset: Path) -> bool:
+    return (dataset / PAGES_SUBDIR / "measurements.parquet").exists()
+
+
+def cached_validation(dataset: str | Path = DEFAULT_DATASET, pages_dataset: str | Path | None = PAGE_DATASET) -> dict:
+    """Summaries (no per-cell rows) of both oracles on ``dataset``, cached by the content of the datasets and of
+    the oracles' code (``$TAILOR_CACHE_DIR``, default ``~/.cache/tailor``): a changed model is re-validated.
+
+    Page figures come from ``pages_dataset`` (the page campaign, tb-v3: adaptive repetitions on a quiet machine)
+    when it has page loads; each kind's figures name the dataset they were computed on."""
     import json
     import os
 
     dataset = Path(dataset)
+    pages = Path(pages_dataset) if pages_dataset is not None else None
+    pages = pages if pages is not None and pages.resolve() != dataset.resolve() and _has_pages(pages) else None
     cache = Path(os.environ.get("TAILOR_CACHE_DIR") or Path.home() / ".cache" / "tailor")
-    path = cache / f"oracle-validation-{dataset.name}-{_cache_key(dataset)}.json"
+    name = dataset.name + (f"+{pages.name}" if pages else "")
+    path = cache / f"oracle-validation-{name}-{_cache_key(*([dataset] + ([pages] if pages else [])))}.json"
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         pass
     result = validate(dataset)
+    for kinds in result["oracles"].values():
+        for s in kinds.values():
+            s["dataset"] = dataset.name
+    if pages is not None:
+        page_result = validate(pages, kinds=("pages",))
+        for oracle, kinds in page_result["oracles"].items():
+            result["oracles"][oracle]["pages"] = {**kinds["pages"], "dataset": pages.name}
+        result["dataset"] = name
     for kinds in result["oracles"].values():
         for s in kinds.values():
             s.pop("rows", None)
@@ -238,6 +294,7 @@ def one_line(name: str, kinds: dict) -> str:
     for kind in ("objects", "pages"):
         s = kinds.get(kind, {})
         if s.get("covered"):
+            on = f" on {s['dataset']}" if s.get("dataset") else ""
             parts.append(f"{kind} rho {s['rho_median']:.2f}, cost {s['cost_median']:.1%}/{s['cost_p90']:.1%} "
-                         f"(p50/p90, {s['cells']} cells): {'holds' if holds(s, kind) else 'does not hold'}")
+                         f"(p50/p90, {s['cells']} cells{on}): {'holds' if holds(s, kind) else 'does not hold'}")
     return f"{name}: " + "; ".join(parts)

@@ -125,4 +125,3 @@ def format_report(result: dict) -> str:
             for kind, s in kinds.items():
                 lines.append(line(f"check {name} {kind} at {float(v):g}", s))
     return "\n".join(lines)
-

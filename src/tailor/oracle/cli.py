@@ -39,7 +39,6 @@ def _dataset(path, command: str, name: str = "dataset") -> Path:
 def run(args) -> int:
     if args.oracle_command == "calibrate":
         from tailor.oracle.calibrate import calibrate, format_report as calibrate_report
-
         from tailor.oracle.measured import PAGE_DATASET
 
         result = calibrate(_dataset(args.dataset or PAGE_DATASET, "calibrate"),

@@ -148,9 +148,9 @@ def overshoot_ms(before, d, iw, sh: Share, bbr):
     share of a window, d / cap (a connection already at the cap overflows again when it sends another
     window: the loss-based sawtooth). Loss-based: the recovery round, ``OVERSHOOT_RECOVERY_RTT`` RTTs (calibrated,
     MODEL.md 6a), or the idle pipe rtt * (1 - q) during it when the buffer is under one BDP, whichever is more;
-    at most one RTT, what a random loss that ends slow start costs instead (so time stays monotone in loss),
-    unless a random loss ended slow start first (probability 1 - (1-p)^segments; that loss is charged by ``transfer_ms`` and costs
-    at least one RTT). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
+    at most one RTT, what a random loss that ends slow start costs instead (so time stays monotone in loss).
+    Not charged when a random loss ended slow start first (probability 1 - (1-p)^segments; that loss is charged
+    by ``transfer_ms`` and costs at least one RTT). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
     BDP it loses packets too but keeps its rate, so it pays half as much, scaled by (1.5 - q)/1.5.
     """
     cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)

@@ -61,22 +61,32 @@ CC_FALLBACK = ("cubic", "bbr", "reno")
 MTU, MSS = 1500, 1448
 
 
-def load_medians(dataset: str | Path = DEFAULT_DATASET, pages: bool = False) -> pd.DataFrame:
-    """Median, count and coefficient of variation per (condition, workload, configuration) of valid fetches.
-
-    ``pages=True`` reads the Chromium page loads (``<dataset>/pages``; empty frame if there are none)."""
+def load_fetches(dataset: str | Path, pages: bool = False) -> pd.DataFrame | None:
+    """The valid fetches (ok, finite time) of ``dataset``: its single objects, or with ``pages=True`` its Chromium page
+    loads (``<dataset>/pages``); None when the file does not exist."""
     path = Path(dataset) / (f"{PAGES_SUBDIR}/measurements.parquet" if pages else "measurements.parquet")
-    cond = ["condition", "down_mbps", "rtt_ms", "loss", "queue_packets", "size_bytes"] + (["page"] if pages else [])
     if not path.exists():
-        if pages:
-            return pd.DataFrame()
-        if (Path(dataset) / PAGES_SUBDIR / "measurements.parquet").exists():  # a page campaign only (tb-v3)
-            return pd.DataFrame(columns=cond + KEYS + ["median", "n", "mean", "sd", "cv"])
-        raise OracleError(f"no measured dataset at {path}; run `tailor testbed measure` (docs/testbed.md)")
+        return None
     df = pd.read_parquet(path)
     df = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])]
     if not pages and "page" in df.columns:
         df = df[df["page"].fillna("") == ""]
+    return df
+
+
+def load_medians(dataset: str | Path = DEFAULT_DATASET, pages: bool = False) -> pd.DataFrame:
+    """Median, count and coefficient of variation per (condition, workload, configuration) of valid fetches.
+
+    ``pages=True`` reads the Chromium page loads (``<dataset>/pages``; empty frame if there are none)."""
+    cond = ["condition", "down_mbps", "rtt_ms", "loss", "queue_packets", "size_bytes"] + (["page"] if pages else [])
+    df = load_fetches(dataset, pages)
+    if df is None:
+        if pages:
+            return pd.DataFrame()
+        if (Path(dataset) / PAGES_SUBDIR / "measurements.parquet").exists():  # a page campaign only (tb-v3)
+            return pd.DataFrame(columns=cond + KEYS + ["median", "n", "mean", "sd", "cv"])
+        raise OracleError(f"no measured dataset at {Path(dataset) / 'measurements.parquet'}; run `tailor testbed "
+                          "measure` (docs/testbed.md)")
     g = df.groupby(cond + KEYS)["completion_ms"]
     out = g.agg(median="median", n="count", mean="mean", sd="std").reset_index()
     out["cv"] = (out["sd"] / out["mean"]).fillna(0.0)

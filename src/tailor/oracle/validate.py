@@ -38,7 +38,7 @@ from scipy.stats import spearmanr
 
 from tailor.errors import OracleError
 from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGES_SUBDIR, MeasuredOracle, _anchor_space,
-                                    _model_ms, queue_bdp)
+                                    _model_ms, load_fetches, queue_bdp)
 
 ORACLES = ("model", "measured")
 KINDS = ("objects", "pages", "quic")
@@ -86,13 +86,10 @@ def _intervals(dataset: Path, kind: str) -> dict:
 def split_halves(dataset: Path, kind: str) -> dict:
     """{(condition, size_bytes, page): split-half rho} from the raw repetitions of every cell with >= MIN_CONFIGS
     configurations measured at least twice (``page`` is "" for objects)."""
-    path = dataset / (f"{PAGES_SUBDIR}/measurements.parquet" if kind == "pages" else "measurements.parquet")
-    if not path.exists():
+    df = load_fetches(dataset, pages=kind == "pages")
+    if df is None:
         return {}
-    df = pd.read_parquet(path)
-    df = df[df["ok"].astype(bool) & np.isfinite(df["completion_ms"])]
     df = df.assign(page=df["page"].fillna("") if "page" in df.columns else "")
-    df = df[df["page"] != ""] if kind == "pages" else df[df["page"] == ""]
     order = "started_unix" if "started_unix" in df.columns else "rep"
     out = {}
     for key, cell in df.sort_values(order).groupby(["condition", "size_bytes", "page"], sort=False):

@@ -46,9 +46,9 @@ def test_cluster_runs_shards_prints_status_and_stops_everything(tmp_path):
     def parts(line):
         return sorted(int(p) for s in re.findall(r"shard-\d:([\d,]+)", line) for p in s.split(","))
 
-    # never a partition owned twice; in steady state (one of the last three lines: a status line can fall inside a
-    # fenced hand-over, when a partition is briefly unowned) every partition owned once, each with a table
-    assert all(len(parts(line)) == len(set(parts(line))) for line in owned), owned
+    # Shards starting together can both start a partition on different views of the live set (the lease fences
+    # the loser, tests/test_bus_shard.py), and a hand-over leaves a partition briefly unowned; so only the steady
+    # state is asserted: in one of the last three lines every partition is owned exactly once, each with a table.
     steady = [line for line in owned[-3:] if parts(line) == [0, 1, 2, 3]]
     assert steady, owned[-3:]
     last = steady[-1]

@@ -1,11 +1,11 @@
-"""MeasuredOracle on the committed testbed datasets (tb-v2 objects + Chromium pages; tb-v1): loading, exactness,
-sanity, page borrowing, errors."""
+"""MeasuredOracle on the committed testbed datasets (tb-v2 objects, tb-v3 Chromium pages, tb-v2's own pages; tb-v1):
+loading, exactness, sanity, page borrowing, errors."""
 
 import numpy as np
 import pytest
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import _DATA, DEFAULT_DATASET, KEYS, MeasuredOracle, _anchor_space
+from tailor.oracle.measured import _DATA, DEFAULT_DATASET, KEYS, PAGE_DATASET, MeasuredOracle, _anchor_space
 from tailor.oracle.select import select_oracle
 from tailor.space import ConfigSpace
 from tailor.testbed.analysis import best_vs_default, error_summary, loco_errors
@@ -20,11 +20,16 @@ def measured():
 
 def test_dataset_loads_with_coverage(measured):
     d = measured.describe()
-    assert DATASET.name == "tb-v2" and d["name"] == "measured-tb-v2"
+    # objects from tb-v2, pages from the page campaign (tb-v3), which measured every core value of CC, IW, rto_min
+    assert DATASET.name == "tb-v2" and PAGE_DATASET.name == "tb-v3" and d["name"] == "measured-tb-v2+tb-v3"
     assert d["kind"] == "measured" and d["conditions"] >= 40
     assert {"object-10KB", "object-100KB", "object-1MB", "object-2MB"} <= set(measured.websites)
-    assert len(measured.anchors) == 18 and d["median_reps"] >= 3
-    assert len(d["pages_measured"]) >= 5 and d["page_conditions"] >= 5
+    assert len(measured.anchors) == 24 and d["median_reps"] >= 3
+    assert measured.table[KEYS].drop_duplicates().shape[0] == 18  # objects: cubic/bbr/reno x IW 4/10/32 x HTTP/1.1/2
+    assert len(d["pages_measured"]) == 3 and d["page_conditions"] >= 12
+    assert measured.page_table["n"].median() >= 10  # adaptive repetitions, not tb-v2's 3
+    own = MeasuredOracle(DATASET, page_dataset=DATASET)  # tb-v2's own (noisy) page loads stay readable
+    assert own.name == "measured-tb-v2" and len(own.describe()["pages_measured"]) >= 5
     fams = set(measured.table.merge(measured.conds, on="condition").condition)
     assert {"mm-att-lte-driving", "pan-nepal-india", "geo-viasat"} <= fams  # trace-driven, developing, satellite
 
@@ -85,9 +90,10 @@ def test_pages_exact_at_measured_points_and_borrowed_elsewhere(measured):
     only = MeasuredOracle(DATASET, pages="measured")
     with pytest.raises(OracleError, match="page-heavy-4"):
         only.mode_ms(cells, "page-heavy-4", core)
-    with pytest.raises(OracleError, match="not measured"):  # reno was not loaded in Chromium
-        MeasuredOracle(DATASET, strict=True).mode_ms(cells, "page-light-1",
-                                                     ConfigSpace({"tcp.congestion_control": ["cubic", "reno"]}))
+    reno = ConfigSpace({"tcp.congestion_control": ["cubic", "reno"]})
+    assert (MeasuredOracle(DATASET, strict=True).mode_ms(cells, "page-light-1", reno) > 0).all()  # tb-v3 loaded reno
+    with pytest.raises(OracleError, match="not measured"):  # tb-v2 did not load reno in Chromium
+        MeasuredOracle(DATASET, strict=True, page_dataset=DATASET).mode_ms(cells, "page-light-1", reno)
 
 
 def test_clear_errors(measured, tmp_path):

@@ -52,7 +52,7 @@ def objective(rows: pd.DataFrame) -> float:
 
 def score_rows(dataset: Path, values, kinds=("objects", "pages")) -> dict[float, pd.DataFrame]:
     """Per candidate value, the model's per-cell validation rows on ``dataset`` (every kind it measured)."""
-    oracle = MeasuredOracle(dataset, pages="measured")
+    oracle = MeasuredOracle(dataset, pages="measured", page_dataset=dataset)
     out = {}
     for v in values:
         with _constant(v):

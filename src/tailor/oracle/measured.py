@@ -24,8 +24,11 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   CV = sqrt(k) theta / (1 + k theta), interpolated between conditions with the same weights. Lossless emulated
   paths are nearly deterministic (theta at the 0.005 floor), far less noisy than the Internet; ``noise="model"``
   uses the model's theta instead.
-* Pages (tb-v2): page-load times of the five catalog pages loaded by headless Chromium (``pages/`` in the
-  dataset; PLT = Navigation Timing loadEventEnd), treated exactly like objects: one more workload with its own
+* Pages: page-load times of catalog pages loaded by headless Chromium (``pages/`` in the *page dataset*;
+  PLT = Navigation Timing loadEventEnd). With the default dataset the page dataset is the page campaign
+  (``PAGE_DATASET``, tb-v3: 3 pages, 24 configurations, 12 conditions, adaptive repetitions on a quiet machine),
+  not tb-v2's pages (3 repetitions on a loaded machine, split-half rho 0.20: no order in them); any other
+  dataset reads its own pages unless ``page_dataset`` says otherwise. Pages are treated exactly like objects: one more workload with its own
   ratio matrix over its measured conditions and configurations. With ``pages="catalog"`` (default) the other
   catalog pages are answered too: a page that was not measured borrows the measured/model ratio of the nearest
   measured page (log object count, log bytes) and gets the model's value for its own structure. ``pages="measured"``
@@ -101,24 +104,26 @@ class MeasuredOracle(Oracle):
 
     def __init__(self, dataset: str | Path = DEFAULT_DATASET, strict: bool = False, neighbours: int = 4,
                  power: float = 2.0, shape: str = "model", grid: ConditionGrid = DEFAULT_GRID, noise: str = "measured",
-                 pages: str = "catalog"):
+                 pages: str = "catalog", page_dataset: str | Path | None = None):
         if shape not in ("model", "none") or noise not in ("measured", "model") or pages not in PAGE_MODES:
             raise OracleError(f"The 'shape'/'noise'/'pages' parameters of MeasuredOracle must be 'model'|'none', "
                               f"'measured'|'model' and one of {PAGE_MODES}. Got {shape!r}, {noise!r}, {pages!r}.")
         self.noise, self.pages_mode = noise, pages
         self.dataset, self.strict, self.k, self.power, self.shape = Path(dataset), strict, neighbours, power, shape
-        self.name = f"measured-{self.dataset.name}"
+        self.page_dataset = _page_dataset(self.dataset) if page_dataset is None else Path(page_dataset)
+        self.name = f"measured-{self.dataset.name}" + (f"+{self.page_dataset.name}" if self.page_dataset != self.dataset
+                                                       else "")
         self.grid = grid
         self._model = ModelOracle(grid)
         catalog = default_catalog()
         self.table = load_medians(dataset)
         self.table["workload"] = self.table["size_bytes"].map(_object_name)
         self.table = self.table[self.table["workload"].notna()].reset_index(drop=True)
-        self.page_table = load_medians(dataset, pages=True) if pages != "none" else pd.DataFrame()
+        self.page_table = load_medians(self.page_dataset, pages=True) if pages != "none" else pd.DataFrame()
         measured_pages = {}
         if not self.page_table.empty:
             self.page_table["workload"] = self.page_table["page"]
-            manifest = _page_manifest(self.dataset)
+            manifest = _page_manifest(self.page_dataset)
             measured_pages = {n: manifest.get(n) or catalog[n] for n in sorted(set(self.page_table["page"]))}
         both = pd.concat([t for t in (self.table, self.page_table) if not t.empty] or [self.table], ignore_index=True)
         self.conds = both.drop_duplicates("condition")[["condition", "down_mbps", "rtt_ms", "loss",
@@ -155,7 +160,7 @@ class MeasuredOracle(Oracle):
     def describe(self) -> dict:
         borrowed = {n: w for n, w in self._borrow.items() if n != w}
         pt = self.page_table
-        return {"name": self.name, "kind": self.kind, "dataset": str(self.dataset),
+        return {"name": self.name, "kind": self.kind, "dataset": str(self.dataset), "page_dataset": str(self.page_dataset),
                 "conditions": int(len(self.conds)), "sizes": sorted(int(s) for s in self._site_by_size),
                 "measured_configs": [f"{a.cc} iw{a.iw} rto{a.rto_min_ms} h{a.http}" for a in self.anchors.itertuples()],
                 "points": int(len(self.table)), "median_reps": float(self.table["n"].median()),
@@ -280,6 +285,15 @@ def queue_bdp(down_mbps, rtt_ms, queue_packets) -> np.ndarray:
     """The emulator's queue (packets) in bandwidth-delay products: the buffer unit of the model oracle's ``q``."""
     bdp_pkts = np.asarray(down_mbps, float) * 1e6 / 8 * np.asarray(rtt_ms, float) / 1000 / MTU
     return np.asarray(queue_packets, float) / np.maximum(bdp_pkts, 1e-9)
+
+
+def _page_dataset(dataset: Path) -> Path:
+    """Where the pages of ``dataset`` come from: the page campaign for the default dataset (when it exists), else
+    ``dataset`` itself."""
+    if (dataset.resolve() == DEFAULT_DATASET.resolve()
+            and (PAGE_DATASET / PAGES_SUBDIR / "measurements.parquet").exists()):
+        return PAGE_DATASET
+    return dataset
 
 
 def _object_name(size: int) -> str | None:

@@ -110,8 +110,9 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
     if name not in ORACLES:
         raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {ORACLES}. Got {name!r}.")
     table = _cells(oracle, kind)
-    intervals = _intervals(oracle.dataset, kind)
-    halves = split_halves(oracle.dataset, kind)
+    source = oracle.page_dataset if kind == "pages" else oracle.dataset
+    intervals = _intervals(source, kind)
+    halves = split_halves(source, kind)
     rows = []
     if not table.empty:
         for (cond, workload), cell in table.groupby(["condition", "workload"], sort=True):
@@ -178,7 +179,7 @@ def quic_cells(dataset: Path) -> int:
 def validate(dataset: str | Path = DEFAULT_DATASET, oracles=ORACLES, kinds=KINDS) -> dict:
     """Validation figures of every oracle in ``oracles`` per workload kind, plus the per-cell rows."""
     dataset = Path(dataset)
-    measured = MeasuredOracle(dataset, pages="measured")
+    measured = MeasuredOracle(dataset, pages="measured", page_dataset=dataset)
     out = {"dataset": str(dataset.name), "method": __doc__.split("\n\n")[1].replace("\n", " "), "oracles": {}}
     for name in oracles:
         per_kind = {}

@@ -36,6 +36,7 @@ def summary(policy: str, rec: dict) -> dict:
         "p95_plt_default_ms": float(p95_default),
         "p95_plt_improvement": float(1.0 - p95_policy / p95_default),
         "median_plt_ms": float(np.median(rec["plt_ms"])),
+        "mean_plt_ms": float(np.mean(rec["plt_ms"])) if len(imp) else float("nan"),
         "degraded_share": float(np.mean(imp < -DEGRADED)),
         "median_gap_to_optimal": float(np.median(gap_to_optimal(rec))),
         "optimal_share": float(np.mean(gap_to_optimal(rec) <= 1e-9)),

@@ -1,0 +1,167 @@
+"""Issue 12's acceptance campaign: `tailor` against every other policy on the five built-in scenarios x two
+oracles x seeds 0-4, paired over seeds. Resumable: one JSON file holds every finished (scenario, oracle, seed) run
+and is rewritten atomically after each, so an interruption loses at most the run in flight.
+
+Usage::
+
+    PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py [--cells default:model,satellite:measured]
+        [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only]
+
+Each run is what ``tailor evaluate --scenario S --oracle O --seed K`` computes (every default policy, space
+``core``, online mode, UpdateFreq 300 s); the file keeps its summary rows, its off-policy rows (the doubly robust
+value of every final table from ``configanator``'s logs) and its run metadata (commit, date, oracle). Nothing here
+chooses anything: seeds 0-4 are evaluated, never tuned on (docs/tailor.md says how the policy was tuned).
+
+The report prints, per cell, the issue's four checks with paired 95% t intervals over the seeds:
+``tailor``'s degraded share (<= 1% in every seed), its median gap to optimal (<= 2%), the paired difference of p50
+and p95 per-page-load improvement to every policy that does not see the truth (at least as high: the interval's
+upper end >= 0 is "not lower", the lower end >= 0 "higher"), and, where optimal's mean PLT is >= 15% below
+``cdn-static``'s, ``tailor``'s mean-PLT improvement over ``cdn-static`` (>= 10%); then the DR error and coverage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from tailor.eval.run import DEFAULT_POLICIES, _git_commit, evaluate
+from tailor.oracle.select import select_oracle
+from tailor.scenario import load_scenario
+from tailor.sim import SimConfig
+
+SCENARIOS = ("default", "broadband-us", "cellular", "developing", "satellite")
+ORACLES = ("model", "measured")
+SEES_TRUTH = ("optimal", "optimal-stale", "best-static")  # the issue's exemptions from the p50/p95 comparison
+OUT = Path("bench/results/tailor_acceptance.json")
+
+
+def key(scenario: str, oracle: str, seed: int) -> str:
+    return f"{scenario}|{oracle}|{seed}"
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {"runs": {}}
+
+
+def save(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)  # atomic: the file is either the old or the new complete campaign
+
+
+def run_one(scenario: str, oracle_name: str, seed: int) -> dict:
+    oracle = select_oracle(oracle_name, "core")
+    config = SimConfig(space="core", seed=seed)
+    world = load_scenario(scenario, seed=seed, websites=sorted(oracle.websites))
+    started = time.perf_counter()
+    ev = evaluate(world, oracle, list(DEFAULT_POLICIES), config)
+    off = getattr(ev, "offpolicy", {}) or {}
+    return {"summaries": ev.summaries,
+            "offpolicy": {"logging_policy": off.get("logging_policy"), "reason": off.get("reason"),
+                          "rows": [{k: r.get(k) for k in ("policy", "logging_policy", "true_ms", "dr_ms", "dr_low",
+                                                          "dr_high", "dr_rel_error", "dr_covers", "snips_rel_error",
+                                                          "snips_covers", "ess")} for r in off.get("rows", [])]},
+            "meta": {"git_commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                     "oracle": oracle.name, "pageloads": world.n_loads, "wall_s": time.perf_counter() - started,
+                     "load1": os.getloadavg()[0]}}
+
+
+def interval(values) -> tuple[float, float, float]:
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return float(v.mean()), float("nan"), float("nan")
+    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+
+
+def fmt(t: tuple[float, float, float], scale: float = 100.0) -> str:
+    m, lo, hi = (x * scale for x in t)
+    return f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]" if np.isfinite(lo) else f"{m:+.2f}"
+
+
+def cell_report(runs: list[dict]) -> tuple[list[str], dict]:
+    """Lines of one cell's report and its pass/fail per check (None: not applicable)."""
+    rows = [{s["policy"]: s for s in r["summaries"]} for r in runs]
+    t = [r["tailor"] for r in rows]
+    lines, ok = [], {}
+    deg = [x["degraded_share"] for x in t]
+    ok["degraded<=1%"] = max(deg) <= 0.01
+    lines.append(f"  tailor degraded >5%: {' '.join(f'{100 * d:.2f}%' for d in deg)} (max {100 * max(deg):.2f}%)")
+    gap = [x["median_gap_to_optimal"] for x in t]
+    ok["gap<=2%"] = float(np.mean(gap)) <= 0.02
+    lines.append(f"  tailor median gap to optimal: mean {100 * np.mean(gap):.2f}% (max {100 * max(gap):.2f}%)")
+    worst_lo = {"p50": [], "p95": []}
+    for name in rows[0]:
+        if name in SEES_TRUTH or name == "tailor":
+            continue
+        d50 = interval([r["tailor"]["p50"] - r[name]["p50"] for r in rows])
+        d95 = interval([r["tailor"]["p95"] - r[name]["p95"] for r in rows])
+        worst_lo["p50"].append((d50[2], name))
+        worst_lo["p95"].append((d95[2], name))
+        lines.append(f"  tailor - {name:<14} p50 {fmt(d50)}  p95 {fmt(d95)}  degraded "
+                     f"{fmt(interval([r['tailor']['degraded_share'] - r[name]['degraded_share'] for r in rows]))}")
+    for q in ("p50", "p95"):  # "at least as high": no policy significantly above tailor
+        hi, name = min(worst_lo[q])
+        ok[f"{q}>=others"] = not (np.isfinite(hi) and hi < 0)
+    opt_vs_cdn = interval([1 - r["optimal"]["mean_plt_ms"] / r["cdn-static"]["mean_plt_ms"] for r in rows])
+    opt_vs_best = interval([1 - r["optimal"]["mean_plt_ms"] / r["best-static"]["mean_plt_ms"] for r in rows])
+    t_vs_cdn = interval([1 - r["tailor"]["mean_plt_ms"] / r["cdn-static"]["mean_plt_ms"] for r in rows])
+    lines.append(f"  mean PLT: optimal vs cdn-static {fmt(opt_vs_cdn)}%, vs best-static {fmt(opt_vs_best)}%; "
+                 f"tailor vs cdn-static {fmt(t_vs_cdn)}%")
+    ok["mean>=10% over cdn-static"] = (t_vs_cdn[0] >= 0.10) if opt_vs_cdn[0] >= 0.15 else None
+    dr = [(o["dr_rel_error"], o["dr_covers"]) for r in runs for o in r["offpolicy"]["rows"] if o["policy"] == "tailor"]
+    if dr:
+        err = [e for e, _ in dr if e is not None]
+        ok["DR within 5%"] = bool(err) and max(abs(e) for e in err) <= 0.05
+        lines.append(f"  DR of tailor from {runs[0]['offpolicy']['logging_policy']}'s logs: "
+                     f"{', '.join(f'{100 * e:+.1f}%' for e in err)}; interval covers {sum(bool(c) for _, c in dr)}"
+                     f"/{len(dr)}")
+    return lines, ok
+
+
+def report(data: dict, cells: list[tuple[str, str]], seeds: list[int]) -> None:
+    for scenario, oracle in cells:
+        runs = [data["runs"][key(scenario, oracle, s)] for s in seeds if key(scenario, oracle, s) in data["runs"]]
+        if not runs:
+            print(f"{scenario} x {oracle}: no run yet")
+            continue
+        meta = runs[0]["meta"]
+        print(f"{scenario} x {oracle} ({meta['oracle']}; {len(runs)} seeds of {len(seeds)}; commits "
+              f"{sorted({r['meta']['git_commit'][:7] for r in runs})}):")
+        lines, ok = cell_report(runs)
+        print("\n".join(lines))
+        print("  checks: " + ", ".join(f"{k} {'n/a' if v is None else ('PASS' if v else 'FAIL')}"
+                                       for k, v in ok.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", default=",".join(f"{s}:{o}" for o in ORACLES for s in SCENARIOS))
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args()
+    cells = [tuple(c.split(":")) for c in args.cells.split(",") if c]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    data = load(args.out)
+    if not args.report_only:
+        for scenario, oracle in cells:
+            for seed in seeds:
+                k = key(scenario, oracle, seed)
+                if k in data["runs"]:
+                    continue
+                run = run_one(scenario, oracle, seed)
+                data["runs"][k] = run
+                save(args.out, data)
+                print(f"done {k}: {run['meta']['wall_s']:.0f} s, load {run['meta']['load1']:.1f}", flush=True)
+    report(data, cells, seeds)
+
+
+if __name__ == "__main__":
+    main()

@@ -52,7 +52,9 @@ group's s-th page load, ``b_s`` a lower bound of the baseline configuration's ti
 ``y_s`` for the baseline, ``y_s * exp(-UCB)`` otherwise, ``UCB = mean + budget_z * sd`` of ``delta``
 (decisions use the narrower ``beta``), recomputed at every ``plan`` with the current bounds (Wu et al.:
 the played arms' confidence bounds at the current round), so an exploration learned to be faster pays
-back what it was charged. The condition is ``S_g >= 0``; it holds as long as the true effects
+back what it was charged. The UCB is floored at 0 (``credit`` = ``none``: a configuration never adds more slack
+than the baseline would have); ``credit`` = ``gain`` lifts the floor, as Wu et al.'s sum of the played arms' lower
+bounds does, so time saved at the bound funds exploration (neutral on held-out seeds: docs/tailor.md). The condition is ``S_g >= 0``; it holds as long as the true effects
 lie within ``budget_z`` posterior sd (the prior's assumption: one knob changed rarely makes a page load
 more than ``exp(budget_z * prior_sd)`` = 2.5x slower). Per connection:
 
@@ -324,6 +326,10 @@ class TailorPolicy(Policy):
                  + " (a middle level between the shared model and a cell: what the model misses for a website at an RTT bin, pooled over its cells)"),
         "guard": ("off", lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10),
                   "'off' or z in [0, 10] (default guard: only configurations not plausibly > 5% slower than the registry default at z posterior sd)"),
+        "credit": ("none", lambda v: v in ("none", "gain"),
+                   "'none' (a configuration's page loads never add more slack than the baseline's would: its bound "
+                   "floored at the baseline) or 'gain' (Wu et al.: a configuration bounded faster than the baseline "
+                   "credits the slack with its lower bound of the time saved)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -334,6 +340,11 @@ class TailorPolicy(Policy):
                                  f"layout {STATE_LAYOUT} (per-cell statistics in arrays); start from a fresh state "
                                  "(tailor manager: a fresh --data)")
         self.__dict__.update(state)
+
+    @property
+    def _floor(self) -> float:
+        """The least budget bound (log time against the baseline) a played configuration is credited with."""
+        return 0.0 if getattr(self, "credit", "none") == "none" else -math.inf
 
     # -- features
     def _init_state(self) -> None:
@@ -814,7 +825,7 @@ class TailorPolicy(Policy):
         y = max(outcome.completion_ms, 1e-3)
         c = decision.config
         mean, sd, level, level_var = self._effects(cell, group)
-        ucb = 0.0 if c == self._base else max(float(mean[c] + self.budget_z * sd[c]), 0.0)
+        ucb = 0.0 if c == self._base else max(float(mean[c] + self.budget_z * sd[c]), self._floor)
         if decision.arm != SERVED:  # a guardrail's choice is not in the policy's budget (held-back ones never arrive)
             # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
             self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
@@ -1125,7 +1136,7 @@ class TailorPolicy(Policy):
             return
         groups = [self._group(cell) for cell in cells]
         delta, sd, _, _ = self._effects_many(cells, groups)
-        ucb = np.maximum(delta + self.budget_z * sd, 0.0)
+        ucb = np.maximum(delta + self.budget_z * sd, self._floor)
         ucb[:, self._base] = 0.0
         terms = np.sum(self._played.used()[0] * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
         slack = dict.fromkeys(groups, 0.0)

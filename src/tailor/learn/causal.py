@@ -107,6 +107,9 @@ def propensity_match(X: np.ndarray, treated: np.ndarray, min_arm: int = 20, trim
     return idx, {**info, "overlap": True, "matched": len(idx)}
 
 
+LOG_REWARD_BOUND = 700.0  # exp(700) ~ 1e304: finite in float64, far beyond any real completion-time ratio
+
+
 def _nuisance(seed: int) -> RandomForestRegressor:
     return RandomForestRegressor(n_estimators=30, min_samples_leaf=20, max_depth=8, n_jobs=1, random_state=seed)
 
@@ -173,10 +176,13 @@ class CausalEstimator:
 
     def rewards(self, theta: np.ndarray, configs: np.ndarray, y: np.ndarray) -> np.ndarray:
         """CF reward of every configuration for a group: exp(anchor + effect), where the anchor is the
-        group's mean log reward with each sample's own configuration effect removed (§3.3.4)."""
+        group's mean log reward with each sample's own configuration effect removed (§3.3.4). A forest fitted where
+        a treatment column barely varies can give CATE coefficients of any size; the log reward is clipped to
+        +-LOG_REWARD_BOUND so that such a configuration is priced as very bad (or good), finite, and the GP that
+        reads log rewards never sees an infinity."""
         delta = self.effects(theta)
         own = np.einsum("ij,ij->i", np.asarray(theta), self.encode(configs))
-        return np.exp(float(np.mean(y - own)) + delta)
+        return np.exp(np.clip(float(np.mean(y - own)) + delta, -LOG_REWARD_BOUND, LOG_REWARD_BOUND))
 
 
 class _Quiet:

@@ -5,7 +5,7 @@ and is rewritten atomically after each, so an interruption loses at most the run
 Usage::
 
     PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py [--cells default:model,satellite:measured]
-        [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only]
+        [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only [--markdown]]
 
 Each run is what ``tailor evaluate --scenario S --oracle O --seed K`` computes (every default policy, space
 ``core``, online mode, UpdateFreq 300 s); the file keeps its summary rows, its off-policy rows (the doubly robust
@@ -140,12 +140,42 @@ def report(data: dict, cells: list[tuple[str, str]], seeds: list[int]) -> None:
                                        for k, v in ok.items()))
 
 
+def markdown(data: dict, cells: list[tuple[str, str]], seeds: list[int]) -> None:
+    """One row per cell: the README's summary of the campaign."""
+    print("| scenario x oracle | seeds | `tailor` median / p95 | degraded, mean (max) | median gap | tailor - cdn-static "
+          "p50 | tailor - configanator p50 | best other learner's p50 - tailor | optimal vs cdn-static mean PLT | DR error "
+          "(covered) | checks failed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for scenario, oracle in cells:
+        runs = [data["runs"][key(scenario, oracle, s)] for s in seeds if key(scenario, oracle, s) in data["runs"]]
+        if not runs:
+            continue
+        rows = [{s["policy"]: s for s in r["summaries"]} for r in runs]
+        t = [r["tailor"] for r in rows]
+        _, ok = cell_report(runs)
+        others = [n for n in rows[0] if n not in SEES_TRUTH and n not in ("tailor", "default")]
+        best = max(others, key=lambda n: np.mean([r[n]["p50"] for r in rows]))
+        dr = [o for r in runs for o in r["offpolicy"]["rows"] if o["policy"] == "tailor"]
+        err = [abs(o["dr_rel_error"]) for o in dr if o["dr_rel_error"] is not None]
+        print(f"| {scenario} x {oracle} | {len(runs)} | {100 * np.mean([x['p50'] for x in t]):+.1f}% / "
+              f"{100 * np.mean([x['p95'] for x in t]):+.1f}% | {100 * np.mean([x['degraded_share'] for x in t]):.2f}% "
+              f"({100 * max(x['degraded_share'] for x in t):.2f}%) | "
+              f"{100 * np.mean([x['median_gap_to_optimal'] for x in t]):.1f}% | "
+              f"{fmt(interval([r['tailor']['p50'] - r['cdn-static']['p50'] for r in rows]))} | "
+              f"{fmt(interval([r['tailor']['p50'] - r['configanator']['p50'] for r in rows]))} | "
+              f"{best} {fmt(interval([r[best]['p50'] - r['tailor']['p50'] for r in rows]))} | "
+              f"{fmt(interval([1 - r['optimal']['mean_plt_ms'] / r['cdn-static']['mean_plt_ms'] for r in rows]))}% | "
+              f"max {100 * max(err):.1f}% ({sum(bool(o['dr_covers']) for o in dr)}/{len(dr)}) | "
+              f"{', '.join(k for k, v in ok.items() if v is False) or 'none'} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default=",".join(f"{s}:{o}" for o in ORACLES for s in SCENARIOS))
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="with --report-only: one README row per cell")
     args = ap.parse_args()
     cells = [tuple(c.split(":")) for c in args.cells.split(",") if c]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -160,7 +190,10 @@ def main() -> None:
                 data["runs"][k] = run
                 save(args.out, data)
                 print(f"done {k}: {run['meta']['wall_s']:.0f} s, load {run['meta']['load1']:.1f}", flush=True)
-    report(data, cells, seeds)
+    if args.markdown:
+        markdown(data, cells, seeds)
+    else:
+        report(data, cells, seeds)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,11 @@ def run_one(scenario: str, oracle_name: str, seed: int) -> dict:
                      "load1": os.getloadavg()[0]}}
 
 
+def cell_runs(data: dict, scenario: str, oracle: str, seeds: list[int]) -> list[dict]:
+    """The finished runs of one cell, in seed order."""
+    return [data["runs"][k] for k in (key(scenario, oracle, s) for s in seeds) if k in data["runs"]]
+
+
 def interval(values) -> tuple[float, float, float]:
     v = np.asarray(values, dtype=float)
     if len(v) < 2:
@@ -96,18 +101,18 @@ def cell_report(runs: list[dict]) -> tuple[list[str], dict]:
     gap = [x["median_gap_to_optimal"] for x in t]
     ok["gap<=2%"] = float(np.mean(gap)) <= 0.02
     lines.append(f"  tailor median gap to optimal: mean {100 * np.mean(gap):.2f}% (max {100 * max(gap):.2f}%)")
-    worst_lo = {"p50": [], "p95": []}
+    upper = {"p50": [], "p95": []}  # upper ends of tailor's paired difference to each policy
     for name in rows[0]:
         if name in SEES_TRUTH or name == "tailor":
             continue
         d50 = interval([r["tailor"]["p50"] - r[name]["p50"] for r in rows])
         d95 = interval([r["tailor"]["p95"] - r[name]["p95"] for r in rows])
-        worst_lo["p50"].append((d50[2], name))
-        worst_lo["p95"].append((d95[2], name))
+        upper["p50"].append(d50[2])
+        upper["p95"].append(d95[2])
         lines.append(f"  tailor - {name:<14} p50 {fmt(d50)}  p95 {fmt(d95)}  degraded "
                      f"{fmt(interval([r['tailor']['degraded_share'] - r[name]['degraded_share'] for r in rows]))}")
     for q in ("p50", "p95"):  # "at least as high": no policy significantly above tailor
-        hi, name = min(worst_lo[q])
+        hi = min(upper[q])
         ok[f"{q}>=others"] = not (np.isfinite(hi) and hi < 0)
     opt_vs_cdn = interval([1 - r["optimal"]["mean_plt_ms"] / r["cdn-static"]["mean_plt_ms"] for r in rows])
     opt_vs_best = interval([1 - r["optimal"]["mean_plt_ms"] / r["best-static"]["mean_plt_ms"] for r in rows])
@@ -127,7 +132,7 @@ def cell_report(runs: list[dict]) -> tuple[list[str], dict]:
 
 def report(data: dict, cells: list[tuple[str, str]], seeds: list[int]) -> None:
     for scenario, oracle in cells:
-        runs = [data["runs"][key(scenario, oracle, s)] for s in seeds if key(scenario, oracle, s) in data["runs"]]
+        runs = cell_runs(data, scenario, oracle, seeds)
         if not runs:
             print(f"{scenario} x {oracle}: no run yet")
             continue
@@ -147,7 +152,7 @@ def markdown(data: dict, cells: list[tuple[str, str]], seeds: list[int]) -> None
           "(covered) | checks failed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for scenario, oracle in cells:
-        runs = [data["runs"][key(scenario, oracle, s)] for s in seeds if key(scenario, oracle, s) in data["runs"]]
+        runs = cell_runs(data, scenario, oracle, seeds)
         if not runs:
             continue
         rows = [{s["policy"]: s for s in r["summaries"]} for r in runs]

@@ -54,9 +54,10 @@ group's s-th page load, ``b_s`` a lower bound of the baseline configuration's ti
 the played arms' confidence bounds at the current round), so an exploration learned to be faster pays
 back what it was charged. The UCB is floored at 0 (``credit`` = ``none``: a configuration never adds more slack
 than the baseline would have); ``credit`` = ``gain`` lifts the floor, as Wu et al.'s sum of the played arms' lower
-bounds does, so time saved at the bound funds exploration (neutral on held-out seeds: docs/tailor.md). The condition is ``S_g >= 0``; it holds as long as the true effects
-lie within ``budget_z`` posterior sd (the prior's assumption: one knob changed rarely makes a page load
-more than ``exp(budget_z * prior_sd)`` = 2.5x slower). Per connection:
+bounds does, so time saved at the bound funds exploration (neutral on held-out seeds: docs/tailor.md). The
+condition is ``S_g >= 0``; it holds as long as the true effects lie within ``budget_z`` posterior sd (the
+prior's assumption: one knob changed rarely makes a page load more than ``exp(budget_z * prior_sd)`` = 2.5x
+slower). Per connection:
 
 * ``safe = argmin UCB`` (the baseline has UCB 0): free, it cannot cost more than the baseline;
 * the *default guard* (``guard`` = z, off by default): a configuration is eligible only when

@@ -161,6 +161,33 @@ def test_q_model_is_cross_fitted_and_predicts_every_config(logs):
     assert np.mean(pred[:, 1]) < np.mean(pred[:, 4]) < np.mean(pred[:, 2])
 
 
+def test_q_model_predicts_an_unlogged_config_from_its_knob_values():
+    """Two knobs with multiplicative effects (bbr x0.6, iw32 x0.8) whose sizes depend on the site; three of the four
+    combinations are logged. With the knob values the model predicts the fourth (bbr + iw32) from the effects the
+    others share with it, per site; without them it gets the pooled prediction (the logger's mix)."""
+    rng = np.random.default_rng(3)
+    knobs = {"c-base": {"cc": "cubic", "iw": 10}, "c-bbr": {"cc": "bbr", "iw": 10}, "c-iw": {"cc": "cubic", "iw": 32},
+             "c-both": {"cc": "bbr", "iw": 32}}
+    n = 6000
+    site = rng.choice(["big.example", "small.example"], n)
+    cfg = rng.choice(["c-base", "c-bbr", "c-iw"], n)
+    big = site == "big.example"
+    bbr_effect, iw_effect = np.where(big, 0.6, 0.9), np.where(big, 0.8, 0.95)
+    mean = np.where(big, 2000.0, 500.0) * np.where(cfg == "c-bbr", bbr_effect, 1.0) * np.where(cfg == "c-iw", iw_effect, 1.0)
+    cost = mean * rng.lognormal(0.0, 0.2, n) / np.exp(0.02)
+    logs = Logs([f"10.0.{i % 200}.{i % 50 + 1}" for i in range(n)], site, [None] * n, cfg, np.full(n, 1 / 3), cost)
+    both_true = np.where(big, 2000.0 * 0.6 * 0.8, 500.0 * 0.9 * 0.95)
+    with_knobs = fit_q_model(logs, ["c-both"], knobs=knobs)(logs, ["c-both"])[:, 0]
+    pooled = fit_q_model(logs, ["c-both"])(logs, ["c-both"])[:, 0]
+    for mask in (big, ~big):
+        assert np.mean(with_knobs[mask]) / np.mean(both_true[mask]) == pytest.approx(1.0, abs=0.06)
+    assert abs(np.mean(pooled[big]) / np.mean(both_true[big]) - 1) > 0.15  # the logger's mix, not the combination
+    with pytest.raises(ValueError, match="knob_shrink: must be a finite number > 0"):
+        fit_q_model(logs, knobs=knobs, knob_shrink=float("nan"))
+    with pytest.raises(ValueError, match="knobs\\['c-base'\\]: must map knob names"):
+        fit_q_model(logs, knobs={"c-base": 3})
+
+
 # -- the manager's publication rule
 def est(value: float, half: float, n: int = 1000) -> Estimate:
     return Estimate("snips", value, value - half, value + half, n, float(n), 0.95)

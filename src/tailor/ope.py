@@ -31,7 +31,7 @@ Decision tables (what the evaluation and the manager share)
     distinct (client, SNI, device) of the logs.
   * :func:`table_value`: SNIPS (and with a cost model DR and DM) of a table's mean cost per connection.
   * :func:`fit_q_model`: a generic cross-fitted cost model for DR (log cost, ridge per configuration shrunk to
-    a pooled fit).
+    a pooled fit, or, given the configurations' knob values, to the sum of those values' shared effects).
   * :func:`ope_gate`: the manager's publication rule (``tailor manager --ope-gate``).
 
 >>> est = snips([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.25, 0.25], [0.5, 0.5, 0.5, 0.5])
@@ -42,7 +42,8 @@ snips 2.833 n=4 ess=3.60
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -476,9 +477,15 @@ class QModel:
     * f: a histogram gradient-boosting regressor (scikit-learn) on the context alone -- site and device
       (categorical: the most frequent ``MAX_SITES`` / ``MAX_DEVICES`` levels, the rest share one) and the numeric
       features of the logs -- fitted on every record whatever its configuration;
-    * g_c: per configuration, a ridge regression of f's residuals on [1, site one-hot, device one-hot,
+    * g_c: per configuration, a ridge regression of f's residuals on phi = [1, site one-hot, device one-hot,
       standardised numeric features] with penalty ``shrink`` (in records): a configuration with few records
       stays near f, one never logged gets f.
+    * with ``knobs`` (configuration id -> its knob values), g_c(x) = phi(x) . (sum over c's knob values v of
+      beta_v + gamma_c): every knob value has its own context-modulated effect beta_v (one ridge over all
+      records, penalty ``knob_shrink``), shared by every configuration that has that value, and gamma_c is the
+      configuration's own deviation from the sum (its interactions). A configuration the logger rarely or never
+      gave in a context is then predicted from the configurations that share its knob values there, instead of
+      from f alone (the logger's mix).
     * f and g are fitted by backfitting (``BACKFIT_ROUNDS``), so that f does not take the configurations'
       effects through contexts the logging policy treats differently.
 
@@ -489,14 +496,18 @@ class QModel:
     """
 
     def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
-                 max_iter: int = 100, seed: int = 0):
+                 max_iter: int = 100, seed: int = 0, knobs: Mapping[str, Mapping[str, Any]] | None = None,
+                 knob_shrink: float = 20.0):
         if not (isinstance(folds, (int, np.integer)) and folds >= 1):
             raise ValueError(f"folds: must be an integer >= 1, got {folds!r}")
-        if not (isinstance(shrink, (int, float)) and shrink > 0):
-            raise ValueError(f"shrink: must be a number > 0, got {shrink!r}")
+        for name, v in (("shrink", shrink), ("knob_shrink", knob_shrink)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name}: must be a finite number > 0, got {v!r}")
         n = len(logs)
         self.config_ids = list(dict.fromkeys(list(config_ids or []) + list(dict.fromkeys(logs.config))))
         self._col = {c: k for k, c in enumerate(self.config_ids)}
+        self._design = self._knob_design(knobs)
+        self.knob_shrink = float(knob_shrink)
         self._sites, self._devices = _levels(logs.sni, MAX_SITES), _levels(logs.device, MAX_DEVICES)
         self._feats = sorted(logs.features)
         raw = self._numeric(logs)
@@ -514,7 +525,7 @@ class QModel:
         self._fold = np.random.default_rng(seed).permutation(n) % folds
         cat = np.zeros(x.shape[1], dtype=bool)
         cat[:2] = True
-        self._models = []  # (f, gamma (d x K), smearing edges, smearing factors) per fold
+        self._models = []  # (f, coefficients (d x K), smearing edges, smearing factors) per fold
         with threadpool_limits(1):  # OpenMP threads cost more than they bring at this size, above all on a busy machine
             for k in range(folds):
                 self._fit_fold(k, folds, x, phi, y, cfg, cat, max_iter, seed)
@@ -535,7 +546,9 @@ class QModel:
         offset = np.zeros(yt.size)
         for _ in range(BACKFIT_ROUNDS):  # backfitting: f alone would absorb config effects its context correlates with
             f.fit(xt, yt - offset)
-            gamma = self._fit_gamma(pt, yt - f.predict(xt), ct)
+            r = yt - f.predict(xt)
+            shared = self._fit_knobs(pt, r, ct)  # (d x K): each configuration's sum of its knob values' effects
+            gamma = shared + self._fit_gamma(pt, r - np.einsum("ij,ij->i", pt, shared[:, ct].T), ct)
             offset = np.einsum("ij,ij->i", pt, gamma[:, ct].T)
         pred = self._clip(f.predict(x[held]) + np.einsum("ij,ij->i", phi[held], gamma[:, cfg[held]].T))
         edges, factors = _smearing(pred, y[held] - pred)
@@ -570,6 +583,49 @@ class QModel:
         if self._feats:
             parts.append((self._fill(self._numeric(logs)) - self._mu) / self._sd)
         return np.hstack(parts)
+
+    def _knob_design(self, knobs: Mapping[str, Mapping[str, Any]] | None) -> np.ndarray | None:
+        """(K x m) indicators of each configuration's knob values, over the values of knobs that vary among the
+        configurations ``knobs`` describes; a configuration it does not describe has a row of zeros. None
+        without ``knobs``."""
+        if knobs is None:
+            return None
+        if not isinstance(knobs, Mapping):
+            raise ValueError(f"knobs: must map configuration ids to their knob values, got {type(knobs).__name__}")
+        described = {c: knobs[c] for c in self.config_ids if c in knobs}
+        values: dict[str, set] = {}
+        for c, kv in described.items():
+            if not isinstance(kv, Mapping):
+                raise ValueError(f"knobs[{c!r}]: must map knob names to values, got {type(kv).__name__}")
+            for k, v in kv.items():
+                values.setdefault(str(k), set()).add(repr(v))
+        cols = [(k, v) for k in sorted(values) if len(values[k]) > 1 for v in sorted(values[k])]
+        index = {kv: j for j, kv in enumerate(cols)}
+        design = np.zeros((len(self.config_ids), len(cols)))
+        for c, kv in described.items():
+            for k, v in kv.items():
+                j = index.get((str(k), repr(v)))
+                if j is not None:
+                    design[self._col[c], j] = 1.0
+        return design if cols else None
+
+    def _fit_knobs(self, phi: np.ndarray, r: np.ndarray, cfg: np.ndarray) -> np.ndarray:
+        """Ridge of r on phi (x) knob-value indicators, from per-configuration Gram blocks; returns the implied
+        (d x K) coefficients of every configuration (zeros without a knob design)."""
+        d, K = phi.shape[1], len(self.config_ids)
+        if self._design is None:
+            return np.zeros((d, K))
+        m = self._design.shape[1]
+        gram, rhs = np.zeros((m * d, m * d)), np.zeros(m * d)
+        for k in np.unique(cfg):
+            rows = cfg == k
+            p, dk = phi[rows], self._design[k]
+            if not dk.any():
+                continue
+            gram += np.kron(np.outer(dk, dk), p.T @ p)
+            rhs += np.kron(dk, p.T @ r[rows])
+        beta = np.linalg.solve(gram + self.knob_shrink * np.eye(m * d), rhs).reshape(m, d)
+        return (self._design @ beta).T
 
     def _fit_gamma(self, phi: np.ndarray, r: np.ndarray, cfg: np.ndarray) -> np.ndarray:
         d, K = phi.shape[1], len(self.config_ids)
@@ -628,7 +684,8 @@ def _smearing(pred: np.ndarray, resid: np.ndarray, bins: int = 10) -> tuple[np.n
 
 def fit_q_model(logs: Logs, config_ids: list[str] | None = None, **kw: Any) -> QModel:
     """A cross-fitted cost model of ``logs`` for :func:`table_value` (see :class:`QModel`); ``config_ids``: the
-    configurations it should know beyond the logged ones (those get the pooled prediction)."""
+    configurations it should know beyond the logged ones (those get the pooled prediction, or with ``knobs`` the
+    effects of their knob values)."""
     return QModel(logs, config_ids, **kw)
 
 

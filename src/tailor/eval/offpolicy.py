@@ -112,20 +112,21 @@ def offpolicy_evaluation(ev, logging_policy: str | None = None, level: float = L
     started = time.perf_counter()
     main, alt, reason = choose_loggers(ev, logging_policy)
     out = {"logging_policy": main, "alternate_logging_policy": alt, "reason": reason, "level": level,
-           "estimators": "snips: self-normalised IPS; dr: doubly robust with a cross-fitted ridge cost model "
-                         "(tailor.ope.fit_q_model); dm: that model alone", "rows": []}
+           "estimators": "snips: self-normalised IPS; dr: doubly robust with a cross-fitted cost model "
+                         "(tailor.ope.fit_q_model, with the configurations' knob values); dm: that model alone", "rows": []}
     if main is None:
         out["seconds"] = time.perf_counter() - started
         return out
     runs = {r.policy: r for r in ev.results}
     ids = [c.id for c in ev.simulator.space.configs]
+    knobs = {c.id: dict(c) for c in ev.simulator.space.configs}  # the cost model shares knob values' effects
     truth = _Truth(ev)
     prepared: dict[str, tuple[Logs, object]] = {}
     for r in ev.results:
         logger = main if r.policy != main else (alt or main)
         if logger not in prepared:
             logs = sim_logs(ev, runs[logger])
-            prepared[logger] = (logs, fit_q_model(logs, ids), cohort_clusters(logs.client))
+            prepared[logger] = (logs, fit_q_model(logs, ids, knobs=knobs), cohort_clusters(logs.client))
         logs, q, clusters = prepared[logger]
         table = DecisionTable(r.final_table, validated=True)  # compile_table (and the guardrails) validated it
         tp = target_probabilities(table, logs)

@@ -11,7 +11,7 @@ Usage::
 Every (scenario, oracle, seed) world is prepared as ``tailor evaluate`` does (space ``core``, online mode,
 UpdateFreq 300 s); ``configanator``, ``tailor`` and ``cdn-static`` run on it, configanator's page loads become the
 logs (:func:`tailor.eval.offpolicy.sim_logs`), and each ``--variant`` (``name:JSON``: keyword arguments of
-``fit_q_model``; ``"knobs": false`` drops the knob values, which are otherwise the space's, as ``tailor evaluate``
+``fit_q_model``, and ``"clip"``, the importance weights' clip of ``table_value``; ``"knobs": false`` drops the knob values, which are otherwise the space's, as ``tailor evaluate``
 passes them) values the two final tables with :func:`tailor.ope.table_value`. The truth is the table's expected
 time on the same page loads and noise draws (``_Truth``). Prints DR and DM relative error and whether the 95% DR
 interval covers the truth, per run, then per variant the mean absolute error, the share within 5% and the coverage.
@@ -53,7 +53,7 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 
 def q_kwargs(kw: dict, sim: Simulator) -> dict:
-    out = dict(kw)
+    out = {k: v for k, v in kw.items() if k != "clip"}
     if out.pop("knobs", True):
         out["knobs"] = {c.id: dict(c) for c in sim.space.configs}
     return out
@@ -69,14 +69,18 @@ def run_cell(scenario: str, oracle_name: str, seed: int, variants: list[tuple[st
     logs = sim_logs(ev, runs["configanator"])
     truth, clusters = _Truth(ev), cohort_clusters(logs.client)
     ids = [c.id for c in sim.space.configs]
-    rows = []
+    rows, models = [], {}
     for label, kw in variants:
         started = time.perf_counter()
-        q = fit_q_model(logs, ids, **q_kwargs(kw, sim))
+        qkw = q_kwargs(kw, sim)
+        key = json.dumps({k: v for k, v in kw.items() if k != "clip"}, sort_keys=True)
+        if key not in models:  # variants that differ only in the weights' clip share one cost model
+            models[key] = fit_q_model(logs, ids, **qkw)
+        q = models[key]
         for target in TARGETS:
             table = DecisionTable(runs[target].final_table, validated=True)
             tp = target_probabilities(table, logs)
-            est = table_value(table, logs, q=q, target=tp, cluster=clusters)
+            est = table_value(table, logs, q=q, target=tp, cluster=clusters, clip=kw.get("clip"))
             true = truth.value(tp)
             rows.append({"variant": label, "target": target, "true_ms": true, "ess": est["snips"].ess,
                          **{f"{e}_rel_error": est[e].value / true - 1.0 for e in ("dr", "dm", "snips")},

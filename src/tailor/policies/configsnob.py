@@ -50,10 +50,11 @@ class ConfigSnobPolicy(Policy):
         "ci_samples": (3000, *_INT),  # ours: most recent samples the forest sees
         "group_samples": (600, *_INT),  # ours: most recent samples a group model sees
         "reward": ("site", lambda v: v in ("site", "bytes"), "'site' or 'bytes'"),
-        # causal step's covariates: 'outcome' = this connection's measured goodput/loss/RTT (post-treatment:
-        # the configuration changed them; the historical default), 'pretreatment' = the prefix archive's view
-        # before the connection + handshake RTT + response size (fixed before the configuration acts)
-        "covariates": ("outcome", lambda v: v in ("outcome", "pretreatment"), "'outcome' or 'pretreatment'"),
+        # causal step's covariates: 'pretreatment' (default, issue 14) = the prefix archive's view before the
+        # connection + handshake RTT + response size (fixed before the configuration acts); 'outcome' = this
+        # connection's measured goodput/loss/RTT (post-treatment on a real edge: the configuration changes them;
+        # the default until 2026-11-26, which the campaign figures of that date used)
+        "covariates": ("pretreatment", lambda v: v in ("outcome", "pretreatment"), "'outcome' or 'pretreatment'"),
         # 'controlled' (§1, C3: "limiting the search space to a subset that has been evaluated to have a positive
         # impact"): untried configurations are proposed only when the causal forest puts them `margin` better than
         # the default, initial trials hand out only configurations measured better than the default; 'open': the

@@ -30,13 +30,14 @@ import types
 import numpy as np
 
 from tailor.eval.offpolicy import _Truth, sim_logs
-from tailor.eval.run import _git_commit, policy_params
+from tailor.eval.run import policy_params
 from tailor.ope import cohort_clusters, fit_q_model, table_value, target_probabilities
 from tailor.oracle.select import select_oracle
 from tailor.policies import make_policy
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig, Simulator
 from tailor.table import DecisionTable
+from tailor_dev import finish  # bench/ is the script's directory, first on sys.path
 
 HELD_OUT = 100
 CELLS = [f"{s}:{o}" for o in ("model", "measured")
@@ -128,12 +129,7 @@ def main() -> None:
             print(f"| {label} | {target} | {100 * dr.mean():.1f}% | {int(np.sum(dr <= 0.05))}/{len(rs)} | "
                   f"{sum(r['dr_covers'] for r in rs)}/{len(rs)} | "
                   f"{100 * np.mean([abs(r['dm_rel_error']) for r in rs]):.1f}% |")
-    meta = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": vars(args),
-            "wall_s": round(time.perf_counter() - started, 1)}
-    print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"runs": out, "meta": meta}, f, indent=1)
+    finish(args, started, out)
 
 
 if __name__ == "__main__":

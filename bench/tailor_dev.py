@@ -57,6 +57,16 @@ def paired(values: list[float]) -> str:
     return f"{v.mean():+.2f} [{v.mean() - half:+.2f}, {v.mean() + half:+.2f}]"
 
 
+def finish(args: argparse.Namespace, started: float, runs: list) -> None:
+    """Print the run metadata (commit, date, wall time) and, with ``--json``, write the runs and it to the file."""
+    meta = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": vars(args),
+            "wall_s": round(time.perf_counter() - started, 1)}
+    print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"runs": runs, "meta": meta}, f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenarios", default="default")
@@ -103,12 +113,7 @@ def main() -> None:
         diff = [paired(list(np.subtract(col[m], first[m]))) if k else "" for m in ("median", "mean", "degraded")]
         print(f"| {label} | {np.mean(col['median']):+.2f} | {np.mean(col['mean']):+.2f} | {np.mean(col['degraded']):.2f} | "
               + " | ".join(diff) + " |")
-    meta = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": vars(args),
-            "wall_s": round(time.perf_counter() - started, 1)}
-    print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"runs": runs, "meta": meta}, f, indent=1)
+    finish(args, started, runs)
 
 
 if __name__ == "__main__":

@@ -200,3 +200,24 @@ def test_split_half_rho_is_the_agreement_of_odd_and_even_repetitions(tmp_path):
     halves = split_halves(tmp_path, "pages")
     assert halves[("flip", 5000, "p")] == pytest.approx(-1.0) and halves[("steady", 5000, "p")] == pytest.approx(1.0)
     assert split_halves(tmp_path, "objects") == {}  # no object measurements in a page campaign
+
+
+def test_knob_contrasts_name_the_mechanism_an_oracle_misses():
+    from tailor.oracle.validate import cell_contrasts, contrast_summary
+
+    keys = [(cc, 10, 200, http) for cc in ("cubic", "bbr") for http in ("1.1", "2")]
+    measured = [1200.0, 1000.0, 1080.0, 900.0]  # HTTP/1.1 1.2x HTTP/2, BBR 0.9x CUBIC
+    predicted = [1000.0, 1000.0, 900.0, 900.0]  # the oracle has BBR right and HTTP/1.1 = HTTP/2
+    c = cell_contrasts(keys, measured, predicted)
+    assert set(c) == {"HTTP/1.1 vs 2", "BBR vs CUBIC"}  # no IW, Reno or RTO pairs in this cell
+    assert c["HTTP/1.1 vs 2"] == {"measured": pytest.approx(1.2), "oracle": pytest.approx(1.0), "pairs": 2}
+    assert c["BBR vs CUBIC"]["measured"] == pytest.approx(0.9) and c["BBR vs CUBIC"]["oracle"] == pytest.approx(0.9)
+    s = contrast_summary([{"condition": "c", "workload": "w", "contrasts": c}])
+    assert s["HTTP/1.1 vs 2"]["direction_agrees"] == 0.0  # "no difference" is not the measured direction
+    assert s["HTTP/1.1 vs 2"]["log_error_median"] == pytest.approx(math.log(1.2))
+    assert s["BBR vs CUBIC"]["direction_agrees"] == 1.0 and s["BBR vs CUBIC"]["log_error_median"] == pytest.approx(0)
+    # the command's rows carry them: the fixture's "same" condition (the model's order) has the model's directions
+    rows = validate(FIXTURE, ("model",), ("objects",))["oracles"]["model"]["objects"]["rows"]
+    same = next(r for r in rows if r["condition"] == "same")["contrasts"]
+    assert {"IW 4 vs 10", "IW 32 vs 10"} <= set(same)
+    assert all((v["measured"] > 1) == (v["oracle"] > 1) for v in same.values())

@@ -12,6 +12,9 @@ condition (bandwidth, RTT, loss, queue), and the prediction is compared with the
 * ``split_half``: Spearman's rho between the medians of the cell's odd and even repetitions (in measurement order)
   over its configurations: how reproducible the measured order itself is, the ceiling an oracle's rho can be
   judged against (a cell whose halves disagree cannot be ordered by anything);
+* ``contrasts``: per knob, the ratio of the times of two of its values with every other knob held equal
+  (:data:`CONTRASTS`; the geometric mean over the cell's matched pairs), measured and predicted: *which*
+  mechanism an oracle gets wrong where its order is wrong (e.g. HTTP/1.1 against HTTP/2 at a long RTT);
 * ``in_interval``: where the dataset stores the 95% interval of each median (``pages/intervals.parquet``, written
   by ``tailor testbed campaign``), whether the oracle's choice is indistinguishable from the measured best (its
   interval's lower bound at or below the best's upper bound): the cost a dataset of that precision can resolve.
@@ -43,6 +46,12 @@ from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGES_S
 ORACLES = ("model", "measured")
 KINDS = ("objects", "pages", "quic")
 MIN_CONFIGS = 3  # a rank correlation over fewer configurations says nothing
+# Knob contrasts (label, field of the measured keys, value, reference value): time(value) / time(reference) with
+# the other knobs equal. A measured ratio within RESOLVED of 1 is not counted in the direction agreement.
+CONTRASTS = (("HTTP/1.1 vs 2", "http", "1.1", "2"), ("BBR vs CUBIC", "cc", "bbr", "cubic"),
+             ("Reno vs CUBIC", "cc", "reno", "cubic"), ("IW 4 vs 10", "iw", 4, 10), ("IW 32 vs 10", "iw", 32, 10),
+             ("IW 64 vs 32", "iw", 64, 32), ("RTO min 50 vs 200 ms", "rto_min_ms", 50, 200))
+RESOLVED = 0.03
 
 
 def _config_index(space, rows: pd.DataFrame) -> np.ndarray:
@@ -66,6 +75,48 @@ def cell_scores(measured: np.ndarray, predicted: np.ndarray) -> dict:
     return {"rho": float(rho), "agree": bool(measured[choice] == measured.min()),
             "cost": float(measured[choice] / measured.min() - 1.0),
             "log_error": float(np.median(np.abs(np.log(predicted / measured))))}
+
+
+def cell_contrasts(keys: list[tuple], measured, predicted) -> dict:
+    """{label: {"measured": ratio, "oracle": ratio, "pairs": n}} for every contrast of :data:`CONTRASTS` with at
+    least one matched pair among the cell's configurations; ``keys`` are (cc, iw, rto_min_ms, http) per
+    configuration, in the order of ``measured`` and ``predicted``."""
+    fields = ("cc", "iw", "rto_min_ms", "http")
+    index = {k: i for i, k in enumerate(keys)}
+    lm, lp = np.log(np.asarray(measured, float)), np.log(np.asarray(predicted, float))
+    out = {}
+    for label, field, value, ref in CONTRASTS:
+        j = fields.index(field)
+        pairs = [(i, index[k[:j] + (ref,) + k[j + 1:]]) for i, k in enumerate(keys)
+                 if k[j] == value and k[:j] + (ref,) + k[j + 1:] in index]
+        if pairs:
+            a, b = np.array(pairs).T
+            out[label] = {"measured": float(np.exp(np.mean(lm[a] - lm[b]))),
+                          "oracle": float(np.exp(np.mean(lp[a] - lp[b]))), "pairs": len(pairs)}
+    return out
+
+
+def contrast_summary(rows: list[dict]) -> dict:
+    """Per contrast over the cells that have it: cells, median measured and predicted ratio, the share of cells
+    whose measured ratio is resolved (beyond ``RESOLVED`` of 1) where the oracle has the same direction, the median
+    |ln(predicted ratio / measured ratio)|, and the cell where that error is largest."""
+    out = {}
+    for label, *_ in CONTRASTS:
+        have = [(r["condition"], r["workload"], r["contrasts"][label]) for r in rows if label in r.get("contrasts", {})]
+        if not have:
+            continue
+        m = np.array([c["measured"] for _, _, c in have])
+        o = np.array([c["oracle"] for _, _, c in have])
+        err = np.abs(np.log(o / m))
+        resolved = np.abs(np.log(m)) > RESOLVED
+        worst = int(np.argmax(err))
+        out[label] = {"cells": len(have), "measured_median": float(np.median(m)), "oracle_median": float(np.median(o)),
+                      "direction_agrees": float(np.mean(np.sign(np.log(o[resolved])) == np.sign(np.log(m[resolved]))))
+                      if resolved.any() else None, "resolved": int(resolved.sum()),
+                      "log_error_median": float(np.median(err)),
+                      "worst": {"condition": have[worst][0], "workload": have[worst][1],
+                                "measured": float(m[worst]), "oracle": float(o[worst])}}
+    return out
 
 
 def _cells(oracle: MeasuredOracle, kind: str) -> pd.DataFrame:
@@ -130,13 +181,14 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
                 pred = oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=cond)[0, idx]
             scores = cell_scores(cell["median"].to_numpy(), pred)
             keys = [(cond, workload, r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)) for r in cell.itertuples()]
+            contrasts = cell_contrasts([k[2:] for k in keys], cell["median"].to_numpy(), pred)
             chosen, best = keys[int(np.argmin(pred))], keys[int(np.argmin(cell["median"].to_numpy()))]
             inside = bool(intervals[chosen][0] <= intervals[best][1]) if chosen in intervals and best in intervals \
                 else math.nan
             page = str(first["page"]) if "page" in cell.columns and isinstance(first["page"], str) else ""
             rows.append({"condition": cond, "workload": workload, "configs": int(len(cell)),
                          "reps_median": float(cell["n"].median()), "cv_median": float(cell["cv"].median()),
-                         **scores, "in_interval": inside,
+                         **scores, "in_interval": inside, "contrasts": contrasts,
                          "split_half": halves.get((cond, int(first["size_bytes"]), page), math.nan)})
     return summarize(rows), rows
 
@@ -189,7 +241,8 @@ def validate(dataset: str | Path = DEFAULT_DATASET, oracles=ORACLES, kinds=KINDS
                                   "why": "no oracle answers QUIC transport parameters"}
                 continue
             summary, rows = validate_oracle(name, measured, kind)
-            per_kind[kind] = {**summary, "covered": summary["cells"] > 0, "rows": rows}
+            per_kind[kind] = {**summary, "covered": summary["cells"] > 0, "contrasts": contrast_summary(rows),
+                              "rows": rows}
         out["oracles"][name] = per_kind
     return out
 
@@ -210,6 +263,22 @@ def format_report(result: dict) -> str:
                          f"{s['conditions']} | {s['rho_median']:.2f} | {s['rho_p25']:.2f} | {s['best_agrees']:.0%} | "
                          f"{s['cost_median']:.1%} | {s['cost_p90']:.1%} | {s['log_error_median']:.3f} | "
                          f"{s['cv_median']:.3f} | {_rho(s.get('split_half_median'))} | {_share(s.get('in_interval'))} |")
+    contrasts = [(name, kind, label, c) for name, kinds in result["oracles"].items() for kind, s in kinds.items()
+                 for label, c in s.get("contrasts", {}).items()]
+    if contrasts:
+        lines += ["", "Per knob: time with one value over time with the other, every other knob equal (geometric mean "
+                  "over a cell's matched pairs; median over cells). Direction agrees: among cells whose measured ratio is "
+                  f"more than {RESOLVED:.0%} from 1.",
+                  "| oracle | workload | contrast | cells | measured ratio median | oracle ratio median | "
+                  "direction agrees | |log error| median | worst cell (measured / oracle) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for name, kind, label, c in contrasts:
+            w = c["worst"]
+            agrees = "n/a" if c["direction_agrees"] is None else f"{c['direction_agrees']:.0%} of {c['resolved']}"
+            lines.append(f"| {name}{' (LOCO)' if name == 'measured' else ''} | {kind} | {label} | {c['cells']} | "
+                         f"{c['measured_median']:.2f} | {c['oracle_median']:.2f} | {agrees} | "
+                         f"{c['log_error_median']:.3f} | {w['condition']} {w['workload']} "
+                         f"({w['measured']:.2f} / {w['oracle']:.2f}) |")
     return "\n".join(lines)
 
 

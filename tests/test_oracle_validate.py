@@ -221,3 +221,14 @@ def test_knob_contrasts_name_the_mechanism_an_oracle_misses():
     same = next(r for r in rows if r["condition"] == "same")["contrasts"]
     assert {"IW 4 vs 10", "IW 32 vs 10"} <= set(same)
     assert all((v["measured"] > 1) == (v["oracle"] > 1) for v in same.values())
+
+
+def test_one_line_names_the_knob_the_oracle_gets_most_wrong():
+    from tailor.oracle.validate import one_line
+
+    pages = {"covered": True, "rho_median": 0.65, "cost_median": 0.001, "cost_p90": 0.102, "cells": 36,
+             "contrasts": {"BBR vs CUBIC": {"log_error_median": 0.046}, "HTTP/1.1 vs 2": {"log_error_median": 0.113}}}
+    line = one_line("model", {"pages": pages, "objects": {"covered": False}})
+    assert line.startswith("model: pages rho 0.65") and "furthest off on HTTP/1.1 vs 2 (|log error| 0.113)" in line
+    assert "does not hold" in line
+    assert "furthest" not in one_line("model", {"pages": {**pages, "contrasts": {}}})

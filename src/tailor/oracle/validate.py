@@ -362,6 +362,9 @@ def one_line(name: str, kinds: dict) -> str:
         s = kinds.get(kind, {})
         if s.get("covered"):
             on = f" on {s['dataset']}" if s.get("dataset") else ""
+            worst = max((s.get("contrasts") or {}).items(), key=lambda kv: kv[1]["log_error_median"], default=None)
+            weakest = "" if worst is None else \
+                f", furthest off on {worst[0]} (|log error| {worst[1]['log_error_median']:.3f})"
             parts.append(f"{kind} rho {s['rho_median']:.2f}, cost {s['cost_median']:.1%}/{s['cost_p90']:.1%} "
-                         f"(p50/p90, {s['cells']} cells{on}): {'holds' if holds(s, kind) else 'does not hold'}")
+                         f"(p50/p90, {s['cells']} cells{on}{weakest}): {'holds' if holds(s, kind) else 'does not hold'}")
     return f"{name}: " + "; ".join(parts)

@@ -79,17 +79,20 @@ func h3Get(t *testing.T, addr, src, sni, path string) (*http.Response, []byte, q
 	return resp, body, rec.server(t), rec.firstSize
 }
 
-// firstDatagram notes the largest of the first 3 datagrams the client
-// receives: the server's padded Initial, as large as its initial packet
-// size (path MTU discovery can only raise the size later).
+// firstDatagram notes the largest handshake datagram the client receives
+// (one that starts with a long-header packet: Initial or Handshake): the
+// server's padded Initial, as large as its initial packet size. Path MTU
+// probes are short-header (1-RTT) packets and may arrive early on loopback,
+// so counting the first few datagrams of any kind was flaky (a 1366-byte
+// probe among the first three).
 type firstDatagram struct {
 	net.PacketConn
-	size, count atomic.Int64
+	size atomic.Int64
 }
 
 func (f *firstDatagram) ReadFrom(b []byte) (int, net.Addr, error) {
 	n, a, err := f.PacketConn.ReadFrom(b)
-	if err == nil && f.count.Add(1) <= 3 && int64(n) > f.size.Load() {
+	if err == nil && n > 0 && b[0]&0x80 != 0 && int64(n) > f.size.Load() {
 		f.size.Store(int64(n))
 	}
 	return n, a, err

@@ -80,15 +80,14 @@ def cell_scores(measured: np.ndarray, predicted: np.ndarray) -> dict:
 def cell_contrasts(keys: list[tuple], measured, predicted) -> dict:
     """{label: {"measured": ratio, "oracle": ratio, "pairs": n}} for every contrast of :data:`CONTRASTS` with at
     least one matched pair among the cell's configurations; ``keys`` are (cc, iw, rto_min_ms, http) per
-    configuration, in the order of ``measured`` and ``predicted``."""
-    fields = ("cc", "iw", "rto_min_ms", "http")
+    configuration (the measured keys, :data:`KEYS`), in the order of ``measured`` and ``predicted``."""
     index = {k: i for i, k in enumerate(keys)}
     lm, lp = np.log(np.asarray(measured, float)), np.log(np.asarray(predicted, float))
     out = {}
     for label, field, value, ref in CONTRASTS:
-        j = fields.index(field)
-        pairs = [(i, index[k[:j] + (ref,) + k[j + 1:]]) for i, k in enumerate(keys)
-                 if k[j] == value and k[:j] + (ref,) + k[j + 1:] in index]
+        j = KEYS.index(field)
+        partners = ((i, index.get(k[:j] + (ref,) + k[j + 1:])) for i, k in enumerate(keys) if k[j] == value)
+        pairs = [(i, p) for i, p in partners if p is not None]
         if pairs:
             a, b = np.array(pairs).T
             out[label] = {"measured": float(np.exp(np.mean(lm[a] - lm[b]))),

@@ -232,3 +232,35 @@ def test_one_line_names_the_knob_the_oracle_gets_most_wrong():
     assert line.startswith("model: pages rho 0.65") and "furthest off on HTTP/1.1 vs 2 (|log error| 0.113)" in line
     assert "does not hold" in line
     assert "furthest" not in one_line("model", {"pages": {**pages, "contrasts": {}}})
+
+
+def test_split_half_cost_is_what_choosing_by_one_half_costs_in_the_other(tmp_path):
+    """Odd repetitions rank configuration 0 first, even ones configuration 1 (20% faster): choosing by the odd half
+    costs 25% in the even half (1200 / 960 - 1), choosing by the even half costs 0% in the odd half (960 is not
+    measured there: 1000 vs 1000); identical halves cost nothing. The summary reports the floor and the oracle's
+    figures on the reproducible cells only."""
+    from tailor.oracle.validate import REPRODUCIBLE_RHO, split_half_costs, summarize
+
+    times = {"flip": [(1000.0, 1200.0), (1000.0, 960.0), (1500.0, 1500.0)],
+             "steady": [(1000.0, 1000.0), (1100.0, 1100.0), (1300.0, 1300.0)]}
+    configs = [("cubic", 10, 200, "1.1"), ("bbr", 10, 200, "2"), ("bbr", 32, 200, "2")]
+    rows = []
+    for cond, per_config in times.items():
+        for (cc, iw, rto, http), (odd, even) in zip(configs, per_config):
+            for rep in range(4):
+                rows.append({"condition": cond, "size_bytes": 5000, "page": "p", "cc": cc, "iw": iw, "rto_min_ms": rto,
+                             "http": http, "rep": rep, "started_unix": 10.0 * rep, "ok": True,
+                             "completion_ms": odd if rep % 2 == 0 else even})
+    (tmp_path / "pages").mkdir()
+    pd.DataFrame(rows).to_parquet(tmp_path / "pages" / "measurements.parquet", index=False)
+    costs = split_half_costs(tmp_path, "pages")
+    # by odd: config 0 (1000, tie with config 1: argmin takes the first) -> even 1200 / 960 - 1 = 0.25;
+    # by even: config 1 (960) -> odd 1000 / 1000 - 1 = 0
+    assert costs[("flip", 5000, "p")] == pytest.approx(0.125) and costs[("steady", 5000, "p")] == 0.0
+    cell = {"configs": 3, "reps_median": 4.0, "cv_median": 0.0, "agree": True, "log_error": 0.0, "in_interval": math.nan}
+    s = summarize([{**cell, "condition": "flip", "workload": "w", "rho": 0.5, "cost": 0.3, "split_half": 0.5,
+                    "split_half_cost": 0.125},
+                   {**cell, "condition": "steady", "workload": "w", "rho": 1.0, "cost": 0.0,
+                    "split_half": REPRODUCIBLE_RHO, "split_half_cost": 0.0}])
+    assert s["noise_floor"]["cells"] == 2 and s["noise_floor"]["cost_median"] == pytest.approx(0.0625)
+    assert s["reproducible"] == {"cells": 1, "of": 2, "rho_median": 1.0, "cost_median": 0.0, "cost_p90": 0.0}

@@ -12,6 +12,11 @@ condition (bandwidth, RTT, loss, queue), and the prediction is compared with the
 * ``split_half``: Spearman's rho between the medians of the cell's odd and even repetitions (in measurement order)
   over its configurations: how reproducible the measured order itself is, the ceiling an oracle's rho can be
   judged against (a cell whose halves disagree cannot be ordered by anything);
+* ``split_half_cost``: the configuration fastest in one half, measured in the other half, over that half's fastest
+  (mean of both directions): the cost a second measurement of the cell would pay, the floor the noise puts under an
+  oracle's cost (halves hold half the repetitions, so it overstates the full medians' noise by about sqrt 2); the
+  summary also gives rho and cost on the *reproducible* cells alone (split-half rho >= ``REPRODUCIBLE_RHO``), where
+  the measured order is known well enough to test an oracle's;
 * ``contrasts``: per knob, the ratio of the times of two of its values with every other knob held equal
   (:data:`CONTRASTS`; the geometric mean over the cell's matched pairs), measured and predicted: *which*
   mechanism an oracle gets wrong where its order is wrong (e.g. HTTP/1.1 against HTTP/2 at a long RTT);
@@ -52,6 +57,9 @@ CONTRASTS = (("HTTP/1.1 vs 2", "http", "1.1", "2"), ("BBR vs CUBIC", "cc", "bbr"
              ("Reno vs CUBIC", "cc", "reno", "cubic"), ("IW 4 vs 10", "iw", 4, 10), ("IW 32 vs 10", "iw", 32, 10),
              ("IW 64 vs 32", "iw", 64, 32), ("RTO min 50 vs 200 ms", "rto_min_ms", 50, 200))
 RESOLVED = 0.03
+# A cell whose own odd and even repetitions order its configurations with a Spearman rho below this is not
+# reproducible enough to test an oracle's order against: the oracle's rho target (TARGETS["pages"]).
+REPRODUCIBLE_RHO = 0.8
 
 
 def _config_index(space, rows: pd.DataFrame) -> np.ndarray:
@@ -133,9 +141,10 @@ def _intervals(dataset: Path, kind: str) -> dict:
             for r in iv.itertuples()}
 
 
-def split_halves(dataset: Path, kind: str) -> dict:
-    """{(condition, size_bytes, page): split-half rho} from the raw repetitions of every cell with >= MIN_CONFIGS
-    configurations measured at least twice (``page`` is "" for objects)."""
+def _half_medians(dataset: Path, kind: str) -> dict:
+    """{(condition, size_bytes, page): (odd medians, even medians)}: per cell with >= MIN_CONFIGS configurations
+    measured at least twice, the median of each configuration's odd and of its even repetitions (in measurement
+    order; ``page`` is "" for objects)."""
     df = load_fetches(dataset, pages=kind == "pages")
     if df is None:
         return {}
@@ -150,9 +159,33 @@ def split_halves(dataset: Path, kind: str) -> dict:
                 halves.append((np.median(t[0::2]), np.median(t[1::2])))
         if len(halves) >= MIN_CONFIGS:
             a, b = np.array(halves).T
-            out[(key[0], int(key[1]), key[2])] = float(spearmanr(a, b).statistic) \
-                if np.ptp(a) > 0 and np.ptp(b) > 0 else math.nan
+            out[(key[0], int(key[1]), key[2])] = (a, b)
     return out
+
+
+def _half_rho(a: np.ndarray, b: np.ndarray) -> float:
+    return float(spearmanr(a, b).statistic) if np.ptp(a) > 0 and np.ptp(b) > 0 else math.nan
+
+
+def _half_cost(a: np.ndarray, b: np.ndarray) -> float:
+    """The configuration fastest in one half, measured in the other, over that half's fastest, minus 1; the mean
+    of both directions."""
+    def cost(by, on):
+        return float(on[int(np.argmin(by))] / on.min() - 1.0)
+    return (cost(a, b) + cost(b, a)) / 2
+
+
+def split_halves(dataset: Path, kind: str) -> dict:
+    """{(condition, size_bytes, page): split-half rho} from the raw repetitions of every cell with >= MIN_CONFIGS
+    configurations measured at least twice (``page`` is "" for objects)."""
+    return {key: _half_rho(a, b) for key, (a, b) in _half_medians(dataset, kind).items()}
+
+
+def split_half_costs(dataset: Path, kind: str) -> dict:
+    """{(condition, size_bytes, page): split-half cost}: what choosing a cell's configuration by one half of its
+    repetitions costs in the other half. The floor the dataset's noise puts under any oracle's cost (an oracle
+    beats it only by luck): a second measurement of the same cell does no better."""
+    return {key: _half_cost(a, b) for key, (a, b) in _half_medians(dataset, kind).items()}
 
 
 def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict, list[dict]]:
@@ -162,7 +195,7 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
     table = _cells(oracle, kind)
     source = oracle.page_dataset if kind == "pages" else oracle.dataset
     intervals = _intervals(source, kind)
-    halves = split_halves(source, kind)
+    halves = _half_medians(source, kind)
     rows = []
     if not table.empty:
         for (cond, workload), cell in table.groupby(["condition", "workload"], sort=True):
@@ -185,30 +218,44 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
             inside = bool(intervals[chosen][0] <= intervals[best][1]) if chosen in intervals and best in intervals \
                 else math.nan
             page = str(first["page"]) if "page" in cell.columns and isinstance(first["page"], str) else ""
+            half = halves.get((cond, int(first["size_bytes"]), page))
             rows.append({"condition": cond, "workload": workload, "configs": int(len(cell)),
                          "reps_median": float(cell["n"].median()), "cv_median": float(cell["cv"].median()),
                          **scores, "in_interval": inside, "contrasts": contrasts,
-                         "split_half": halves.get((cond, int(first["size_bytes"]), page), math.nan)})
+                         "split_half": _half_rho(*half) if half else math.nan,
+                         "split_half_cost": _half_cost(*half) if half else math.nan})
     return summarize(rows), rows
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Median and p25 of rho, share of agreeing cells, median and p90 of the cost, median log error."""
+    """Median and p25 of rho, share of agreeing cells, median and p90 of the cost, median log error; the noise
+    floor (median and p90 of the split-half cost); and rho and cost on the reproducible cells alone."""
     if not rows:
         return {"cells": 0}
     df = pd.DataFrame(rows)
     rho = df["rho"].dropna()
-    return {"cells": int(len(df)), "conditions": int(df["condition"].nunique()),
-            "rho_median": float(rho.median()) if len(rho) else math.nan,
-            "rho_p25": float(rho.quantile(0.25)) if len(rho) else math.nan,
-            "best_agrees": float(df["agree"].mean()),
-            "cost_median": float(df["cost"].median()), "cost_p90": float(df["cost"].quantile(0.9)),
-            "log_error_median": float(df["log_error"].median()),
-            "cv_median": float(df["cv_median"].median()),
-            "split_half_median": float(df["split_half"].median()) if "split_half" in df and df["split_half"].notna().any()
-            else None,
-            "in_interval": float(df["in_interval"].dropna().astype(float).mean())
-            if "in_interval" in df and df["in_interval"].notna().any() else None}  # None: the dataset has no intervals
+    out = {"cells": int(len(df)), "conditions": int(df["condition"].nunique()),
+           "rho_median": float(rho.median()) if len(rho) else math.nan,
+           "rho_p25": float(rho.quantile(0.25)) if len(rho) else math.nan,
+           "best_agrees": float(df["agree"].mean()),
+           "cost_median": float(df["cost"].median()), "cost_p90": float(df["cost"].quantile(0.9)),
+           "log_error_median": float(df["log_error"].median()),
+           "cv_median": float(df["cv_median"].median()),
+           "split_half_median": float(df["split_half"].median()) if "split_half" in df and df["split_half"].notna().any()
+           else None,
+           "in_interval": float(df["in_interval"].dropna().astype(float).mean())
+           if "in_interval" in df and df["in_interval"].notna().any() else None}  # None: the dataset has no intervals
+    floor = df["split_half_cost"].dropna() if "split_half_cost" in df else pd.Series(dtype=float)
+    out["noise_floor"] = {"cells": int(len(floor)), "cost_median": float(floor.median()),
+                          "cost_p90": float(floor.quantile(0.9))} if len(floor) else None
+    if "split_half" in df:
+        rep = df[df["split_half"] >= REPRODUCIBLE_RHO]
+        rep_rho = rep["rho"].dropna()
+        out["reproducible"] = {"cells": int(len(rep)), "of": int(df["split_half"].notna().sum()),
+                               "rho_median": float(rep_rho.median()) if len(rep_rho) else math.nan,
+                               "cost_median": float(rep["cost"].median()) if len(rep) else math.nan,
+                               "cost_p90": float(rep["cost"].quantile(0.9)) if len(rep) else math.nan}
+    return out
 
 
 def _share(x) -> str:
@@ -262,6 +309,22 @@ def format_report(result: dict) -> str:
                          f"{s['conditions']} | {s['rho_median']:.2f} | {s['rho_p25']:.2f} | {s['best_agrees']:.0%} | "
                          f"{s['cost_median']:.1%} | {s['cost_p90']:.1%} | {s['log_error_median']:.3f} | "
                          f"{s['cv_median']:.3f} | {_rho(s.get('split_half_median'))} | {_share(s.get('in_interval'))} |")
+    noisy = [(name, kind, s) for name, kinds in result["oracles"].items() for kind, s in kinds.items()
+             if s.get("covered") and s.get("noise_floor")]
+    if noisy:
+        lines += ["", "Noise: the split-half cost is what choosing a cell's configuration by one half of its repetitions "
+                  "(odd or even, in measurement order) costs in the other half, the floor the measurements' own noise "
+                  "puts under any oracle's cost; then the oracle's figures on the reproducible cells alone (split-half "
+                  f"rho >= {REPRODUCIBLE_RHO:g}).",
+                  "| oracle | workload | split-half cost median | split-half cost p90 | reproducible cells | "
+                  "rho median there | cost median there | cost p90 there |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name, kind, s in noisy:
+            f, r = s["noise_floor"], s.get("reproducible") or {}
+            there = (f"{r['cells']} of {r['of']} | {_rho(r['rho_median'])} | {r['cost_median']:.1%} | "
+                     f"{r['cost_p90']:.1%}") if r.get("cells") else f"0 of {r.get('of', 0)} | n/a | n/a | n/a"
+            lines.append(f"| {name}{' (LOCO)' if name == 'measured' else ''} | {kind} | {f['cost_median']:.1%} | "
+                         f"{f['cost_p90']:.1%} | {there} |")
     contrasts = [(name, kind, label, c) for name, kinds in result["oracles"].items() for kind, s in kinds.items()
                  for label, c in s.get("contrasts", {}).items()]
     if contrasts:
@@ -355,7 +418,8 @@ def cached_validation(dataset: str | Path = DEFAULT_DATASET, pages_dataset: str 
 
 
 def one_line(name: str, kinds: dict) -> str:
-    """``objects rho 0.78, cost 0.4%/19.3% (p50/p90): does not hold; pages ...`` for one oracle."""
+    """``objects rho 0.73, cost 0.4%/19.7% (p50/p90, 184 cells on tb-v2, ...; on its 96 reproducible cells rho 0.85, cost
+    0.1%/4.6%, noise floor p90 35.2%): does not hold; pages ...`` for one oracle."""
     parts = []
     for kind in ("objects", "pages"):
         s = kinds.get(kind, {})
@@ -364,6 +428,11 @@ def one_line(name: str, kinds: dict) -> str:
             worst = max((s.get("contrasts") or {}).items(), key=lambda kv: kv[1]["log_error_median"], default=None)
             weakest = "" if worst is None else \
                 f", furthest off on {worst[0]} (|log error| {worst[1]['log_error_median']:.3f})"
+            r, f = s.get("reproducible") or {}, s.get("noise_floor") or {}
+            noise = (f"; on its {r['cells']} reproducible cells rho {_rho(r['rho_median'])}, cost "
+                     f"{r['cost_median']:.1%}/{r['cost_p90']:.1%}, noise floor p90 {f['cost_p90']:.1%}"
+                     if r.get("cells") and f else "")
             parts.append(f"{kind} rho {s['rho_median']:.2f}, cost {s['cost_median']:.1%}/{s['cost_p90']:.1%} "
-                         f"(p50/p90, {s['cells']} cells{on}{weakest}): {'holds' if holds(s, kind) else 'does not hold'}")
+                         f"(p50/p90, {s['cells']} cells{on}{weakest}{noise}): "
+                         f"{'holds' if holds(s, kind) else 'does not hold'}")
     return f"{name}: " + "; ".join(parts)

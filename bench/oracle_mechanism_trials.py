@@ -58,10 +58,14 @@ def _buffer(sh: tcp.Share):
     return sh.room * sh.q / (1 + sh.q)
 
 
+def _drained(burst, w0, sh: tcp.Share, bbr):
+    """What the bottleneck serves while BBR paces a first flight over rtt / 2.89 (a loss-based one arrives at once)."""
+    return np.where(bbr, burst * sh.pipe / (tcp.BBR_STARTUP_GAIN * np.maximum(w0, 1.0)), 0.0)
+
+
 def _burst_lost(d, w0, sh: tcp.Share, bbr):
     burst = np.minimum(w0, d)
-    drained = np.where(bbr, burst * sh.pipe / (tcp.BBR_STARTUP_GAIN * np.maximum(w0, 1.0)), 0.0)
-    return np.maximum(burst - _buffer(sh) - 1.0 - drained, 0.0)
+    return np.maximum(burst - _buffer(sh) - 1.0 - _drained(burst, w0, sh, bbr), 0.0)
 
 
 def burst_loss_ms(d, w0, sh: tcp.Share, bbr):
@@ -122,18 +126,18 @@ def level_ms(plan, path, stack, metric="load"):
             iw = model._first_window(stack, rwnd)
             w0 = iw if before == 0 else tcp.warm_window(iw, before, sh, stack)
             b = np.minimum(w0, queue[0])
-            total = total + b
-            drained = drained + np.where(stack.bbr, b * sh.pipe / (tcp.BBR_STARTUP_GAIN * np.maximum(w0, 1.0)), 0.0)
+            total, drained = total + b, drained + _drained(b, w0, sh, stack.bbr)
         _state["level_f"] = np.maximum(total - path.buffer - 1.0 - drained, 0.0) / np.maximum(total, 1e-9)
     worst, start, cc_sum = None, None, 0.0
     for (queue, before, cold), sh in zip(plan, shares):
         _state["share"] = sum(queue) / level_segs if "share" in _state["on"] else 1.0
         t = model._connection_ms(queue, before, cold and metric == "load", sh, stack, rwnd)
         worst = t if worst is None else np.maximum(worst, t)
-        first = (tcp.handshake_ms(sh.rtt, sh.p, stack) if cold and metric == "load" else 0.0) + sh.rtt
-        start = first if start is None else np.minimum(start, first)
-        cc_sum = cc_sum + np.where(stack.bbr, np.inf, tcp.cc_rate(sh.p, sh.rtt, tcp.rto_ms(sh.rtt, stack.rto_min),
-                                                                   stack.reno))
+        if alone:  # the level's first byte and the loss-based connections' summed rates
+            first = (tcp.handshake_ms(sh.rtt, sh.p, stack) if cold and metric == "load" else 0.0) + sh.rtt
+            start = first if start is None else np.minimum(start, first)
+            cc_sum = cc_sum + np.where(stack.bbr, np.inf, tcp.cc_rate(sh.p, sh.rtt, tcp.rto_ms(sh.rtt, stack.rto_min),
+                                                                       stack.reno))
     _state["share"], _state["level_f"] = 1.0, None
     if alone and n > 1:
         worst = np.maximum(worst, start + level_segs / np.minimum(path.rate * (1 - path.p), cc_sum))

@@ -26,6 +26,12 @@ The mechanisms (evidence: tb-v2's server counters ``srv_RetransSegs`` / ``srv_TC
   its slowest connection and the level's bytes over the link (or over the summed loss-based rates under loss).
 * ``share``: a connection's loss-recovery idle charged at its byte share of the level (the other connections keep
   the link busy; an object, alone, pays it whole).
+* ``rounds``: slow start in whole rounds of whole segments: a response of d segments from a window w0 needs
+  ceil(log2(ceil(d) / w0 + 1)) rounds and idles in ceil(log2(pipe / w0)) of them at most (v2's rounds are continuous,
+  "expected over header/size jitter", so an 11-segment HTML page costs IW 10 a few per cent of an RTT, not a round).
+* ``timeline`` (``fair``, ``order``, ``flow``): pages timed by ``bench/page_timeline.py`` (discovery per parent object,
+  Chromium's HTTP/1.1 socket pool with late binding, HTTP/2 responses in sequence on one connection per origin)
+  instead of v2's synchronous levels; see that module.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import page_timeline
 
 from tailor.eval.run import _git_commit
 from tailor.oracle import model, tcp
@@ -46,7 +53,11 @@ from tailor.oracle.validate import contrast_summary, validate_oracle
 VARIANTS = {  # name -> the mechanisms it switches on
     "v2": (), "burst": ("burst",), "overshoot": ("overshoot",), "burst+overshoot": ("burst", "overshoot"),
     "burst+level": ("burst", "level"), "alone": ("alone",), "alone+burst": ("alone", "burst"),
-    "burst+share": ("burst", "share"),
+    "burst+share": ("burst", "share"), "rounds": ("rounds",), "rounds+burst+share": ("rounds", "burst", "share"),
+    "timeline": ("timeline",), "timeline+fair": ("timeline", "fair"), "timeline+fair+order": ("timeline", "fair", "order"),
+    "rounds+timeline+fair+order": ("rounds", "timeline", "fair", "order"),
+    "timeline+fair+order+flow": ("timeline", "fair", "order", "flow"),
+    "rounds+timeline+fair+order+flow": ("rounds", "timeline", "fair", "order", "flow"),
 }
 CONTRASTS = ("IW 4 vs 10", "IW 32 vs 10", "HTTP/1.1 vs 2")
 TAIL_RTTS = 3.0  # a lost tail with no follower: the last ACK, the probe timeout (2 srtt, srtt ~ rtt) and the probe
@@ -93,6 +104,14 @@ def overshoot_ms(d, w0, before, iw, sh: tcp.Share, bbr):
     loss_based = survive * (tail_only * tlp + (any_drop - tail_only) * rack)
     bbr_v2 = tcp.overshoot_ms(before, d, iw, sh, np.ones_like(bbr))  # v2's BBR term
     return np.where(bbr, bbr_v2, loss_based)
+
+
+def window_limited_ms(d, w0, rate, rtt):
+    """``tcp.window_limited_ms`` in whole rounds of whole segments (the ``rounds`` mechanism)."""
+    rounds = np.ceil(np.log2(np.ceil(d - 1e-6) / w0 + 1.0) - 1e-9)
+    gaps = np.maximum(np.minimum(rounds - 1.0, np.ceil(np.log2(np.maximum(rate * rtt / w0, 1.0)) - 1e-9)), 0.0)
+    sent_in_gaps = np.minimum(w0 * (np.exp2(gaps) - 1.0), d)
+    return rtt + d / rate + gaps * rtt - sent_in_gaps / rate
 
 
 def connection_ms(queue, before, cold, share, stack, rwnd=model.CLIENT_RWND_SEGMENTS):
@@ -145,7 +164,7 @@ def level_ms(plan, path, stack, metric="load"):
 
 
 _V2 = {"burst": tcp.burst_loss_ms, "overshoot": tcp.overshoot_ms, "connection": model._connection_ms,
-       "level": model._level_ms}
+       "level": model._level_ms, "rounds": tcp.window_limited_ms, "load": model.load_ms}
 
 
 @contextmanager
@@ -154,7 +173,12 @@ def mechanisms(on: tuple, recovery: float):
     old_recovery = tcp.OVERSHOOT_RECOVERY_RTT
     _state["on"] = on
     tcp.OVERSHOOT_RECOVERY_RTT = recovery
-    if on:
+    if "rounds" in on:
+        tcp.window_limited_ms = window_limited_ms
+    if "timeline" in on:
+        opts = tuple(m for m in on if m in ("fair", "order", "flow"))
+        model.load_ms = lambda *a: page_timeline.load_ms(*a, opts=opts)
+    elif set(on) - {"rounds"}:
         if "burst" in on:
             tcp.burst_loss_ms = burst_loss_ms
         model._connection_ms, model._level_ms = connection_ms, level_ms
@@ -162,6 +186,7 @@ def mechanisms(on: tuple, recovery: float):
         yield
     finally:
         tcp.burst_loss_ms, model._connection_ms, model._level_ms = _V2["burst"], _V2["connection"], _V2["level"]
+        tcp.window_limited_ms, model.load_ms = _V2["rounds"], _V2["load"]
         tcp.OVERSHOOT_RECOVERY_RTT = old_recovery
         _state.update({"on": (), "level_f": None, "first": False, "share": 1.0})
 
@@ -179,6 +204,25 @@ def figures(oracles: dict) -> dict:
             c = contrast_summary(rows)
             out["tb-v3 pages contrasts (|log error| median, direction agrees)"] = {
                 k: [round(c[k]["log_error_median"], 3), round(c[k]["direction_agrees"], 2)] for k in CONTRASTS if k in c}
+    return out
+
+
+WIRE_CONDITIONS = ("dsl10-peak", "wpt-cable", "leo-starlink")  # shallow (34 and 16 packets) and a lossless 1-BDP link
+
+
+def page_wire(dataset: Path, page: str = "page-light-1") -> dict:
+    """Per condition, HTTP version and IW (CUBIC, rto_min 200): the median PLT and the server's median retransmitted
+    segments and RTO timeouts per load, from the campaign's own counters."""
+    import pandas as pd
+
+    df = pd.read_parquet(dataset / "pages" / "measurements.parquet")
+    df = df[df["ok"] & (df["cc"] == "cubic") & (df["rto_min_ms"] == 200) & (df["page"] == page)
+            & df["condition"].isin(WIRE_CONDITIONS)]
+    out: dict = {}
+    for (cond, http, iw), g in df.groupby(["condition", "http", "iw"]):
+        out.setdefault(f"{cond} {page} HTTP/{http}", {})[f"IW {iw}"] = {
+            "plt_ms": round(float(g["completion_ms"].median())), "retrans": float(g["srv_RetransSegs"].median()),
+            "timeouts": float(g["srv_TCPTimeouts"].median()), "loads": int(len(g))}
     return out
 
 
@@ -214,6 +258,7 @@ def main() -> None:
         path = Path(args.json)
         data = json.loads(path.read_text()) if path.exists() else {}
         data.setdefault("variants", {}).update(results)
+        data["page_wire_evidence"] = page_wire(tb3)
         data["meta"] = meta
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))

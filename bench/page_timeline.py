@@ -1,0 +1,152 @@
+"""A page timeline for the model oracle, as a trial of MODEL.md section 6a (issue 18): not the shipped model.
+
+``load_ms`` replaces ``tailor.oracle.model.load_ms`` for pages (objects keep v2's) when
+``bench/oracle_mechanism_trials.py`` runs a ``timeline`` variant. In place of v2's levels, which start together and
+end with their slowest connection:
+
+* **Discovery per parent.** The HTML at 0; an object it references when the HTML is complete; a level-2 object when
+  its parent is, the parent chosen by the rule the testbed builds its pages with (``tailor.testbed.pages.build_page``:
+  fonts and every other image from a level-1 stylesheet, the rest inserted by a level-1 script, ``i mod n``).
+  ``order``: a stylesheet's children wait for every level-1 stylesheet (style needs the whole CSSOM) and a
+  script's for every level-1 script up to it (scripts run in document order).
+* **Connections.** HTTP/2: one per origin, opened at its first request, its responses one after another on the
+  wire (a response ends no earlier than its own request round trip and transfer from the window grown by the
+  responses before it, nor than the previous response's end plus its bytes at the connection's rate); ``flow``: a
+  request that arrives while the connection is still sending joins that flow (the responses multiplexed as one flow
+  from the flow's window, as in v2's level), a later one starts a new flow from the window grown so far. HTTP/1.1: Chromium's pool, up to six per origin; a request takes the connection
+  that is free first (late binding), and a new connection opens when none is free at discovery.
+* **Rate.** v2's byte share of the level for the origin (HTTP/2) or for the connection's bytes in the level
+  (HTTP/1.1, from the previous of three passes); ``fair``: at least an equal share among the level's connections, so
+  a small response on its own connection is not slowed to its byte share.
+
+Responses are timed by v2's ``tcp.transfer_ms`` and ``tcp.overshoot_ms`` on the connection's delivered segments,
+vectorised over (conditions, configurations) like the shipped model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from tailor.oracle import model, tcp
+
+V2_LOAD = model.load_ms
+H1_MAX = model.H1_CONNECTIONS_PER_ORIGIN
+
+
+def parents(site) -> list[tuple[str, int | None]]:
+    """Per object, (what discovers it: 'root' | 'html' | 'css' | 'js', its parent's index)."""
+    objs = list(site.objects)
+    l1 = {k: [i for i, o in enumerate(objs) if o.level == 1 and o.kind == k] for k in ("css", "js")}
+    out: list[tuple[str, int | None]] = []
+    for i, o in enumerate(objs):
+        css = l1["css"][i % len(l1["css"])] if l1["css"] else None
+        js = l1["js"][i % len(l1["js"])] if l1["js"] else None
+        if o.level == 0:
+            out.append(("root", None))
+        elif o.level == 1:
+            out.append(("html", 0))
+        elif css is not None and (o.kind == "font" or (o.kind == "img" and (i % 2 == 0 or js is None))):
+            out.append(("css", css))
+        elif js is not None:
+            out.append(("js", js))
+        else:
+            out.append(("html", 0))
+    return out
+
+
+def load_ms(site, bw, rtt, loss, q, stack, h2, opts=()):
+    """The page's load time (array over conditions x configurations); objects as v2."""
+    if site.kind != "page":
+        return V2_LOAD(site, bw, rtt, loss, q, stack, h2)
+    shares = None
+    for _ in range(1 if h2 else 3):
+        total, shares = _pass(site, bw, rtt, loss, q, stack, h2, opts, shares)
+    return total
+
+
+def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
+    """One pass of the timeline: (load time, each object's connection byte share for the next pass)."""
+    path = model._Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)
+    shape = np.broadcast_shapes(np.shape(bw), np.shape(stack.iw))
+    objs, par = list(site.objects), parents(site)
+    segs = [(o.size_bytes + model.RESPONSE_HEADER_BYTES) / tcp.MSS for o in objs]
+    level_segs, origin_segs, origin_n = defaultdict(float), defaultdict(float), defaultdict(int)
+    for o, d in zip(objs, segs):
+        level_segs[o.level] += d
+        origin_segs[(o.level, o.origin)] += d
+        origin_n[(o.level, o.origin)] += 1
+    conns = defaultdict(int)
+    for (level, _), n in origin_n.items():
+        conns[level] += 1 if h2 else min(H1_MAX, n)
+    iw = model._first_window(stack)
+    hs = tcp.handshake_ms(path.rtt, path.p, stack) * np.ones(shape)
+    css1 = [i for i, o in enumerate(objs) if o.level == 1 and o.kind == "css"]
+    js1 = [i for i, o in enumerate(objs) if o.level == 1 and o.kind == "js"]
+    done: list = [None] * len(objs)
+    pools: dict[int, list] = defaultdict(list)  # per origin: [free_at, delivered, exists] per connection
+    slot_of = {}
+    for i in sorted(range(len(objs)), key=lambda j: (objs[j].level, j)):
+        o, d = objs[i], segs[i]
+        by, p = par[i]
+        if by == "root":
+            disc = np.zeros(shape)
+        elif by == "css" and "order" in opts:
+            disc = np.maximum.reduce([done[j] for j in css1])
+        elif by == "js" and "order" in opts:
+            disc = np.maximum.reduce([done[j] for j in js1 if j <= p])
+        else:
+            disc = done[p]
+        share = origin_segs[(o.level, o.origin)] / level_segs[o.level]
+        if not h2:
+            share = share / min(H1_MAX, origin_n[(o.level, o.origin)]) if shares is None else shares[i]
+        if "fair" in opts:
+            share = np.maximum(share, 1.0 / conns[o.level])
+        sh = model._share(path, stack, share, 1.0 / conns[o.level])
+        pool = pools[o.origin]
+        if h2:
+            if not pool:  # [last response's end, delivered before the flow, the flow's start, its segments, ready at]
+                z = np.zeros(shape)
+                pool.append([disc + hs, z, disc + hs, z, disc + hs])
+            conn = pool[0]
+            # a request that arrives while the connection is still sending joins its flow (multiplexed: one
+            # flow from the flow's window); a later one starts a new flow from the window grown so far
+            join = (disc < conn[0]) if "flow" in opts else np.zeros(shape, dtype=bool)
+            before = np.where(join, conn[1], conn[1] + conn[3])
+            start = np.where(join, conn[2], np.maximum(disc, conn[0] if "flow" in opts else conn[4]))
+            flow = np.where(join, conn[3] + d, d)
+            w0 = np.where(before > 0, tcp.warm_window(iw, before, sh, stack), iw)
+            end = start + tcp.transfer_ms(flow, w0, sh, stack, w_ss=iw + before) \
+                + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr)
+            done[i] = np.maximum(end, disc + path.rtt) if "flow" in opts else np.maximum(end, conn[0] + d / sh.rate)
+            conn[0], conn[1], conn[2], conn[3] = np.maximum(done[i], conn[0]), before, start, flow
+            continue
+        free_now = np.zeros(shape, dtype=bool)
+        for c in pool:
+            free_now |= c[2] & (c[0] <= disc)
+        count = sum(c[2].astype(int) for c in pool) if pool else np.zeros(shape, dtype=int)
+        if len(pool) < H1_MAX:
+            pool.append([np.full(shape, np.inf), np.zeros(shape), np.zeros(shape, dtype=bool)])
+        opening, placed = (~free_now) & (count < H1_MAX), np.zeros(shape, dtype=bool)
+        for c in pool:  # a new connection takes the first slot not yet open
+            put = opening & ~c[2] & ~placed
+            c[0], c[2], placed = np.where(put, disc + hs, c[0]), c[2] | put, placed | put
+        avail = np.stack([np.where(c[2], np.maximum(c[0], disc), np.inf) for c in pool])
+        pick, start = np.argmin(avail, axis=0), np.min(avail, axis=0)
+        delivered = np.choose(pick, [c[1] for c in pool])
+        w0 = np.where(delivered > 0, tcp.warm_window(iw, delivered, sh, stack), iw)
+        done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered) \
+            + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr)
+        for k, c in enumerate(pool):
+            c[0], c[1] = np.where(pick == k, done[i], c[0]), np.where(pick == k, c[1] + d, c[1])
+        slot_of[i] = (o.origin, pick)
+    total = np.maximum.reduce(done) + model.CLIENT_BASE_MS + model.CLIENT_PER_OBJECT_MS * len(objs)
+    if h2:
+        return total, None
+    per = defaultdict(lambda: np.zeros(shape))  # each connection's segments in each level
+    for i, (origin, pick) in slot_of.items():
+        for k in range(H1_MAX):
+            per[(objs[i].level, origin, k)] = per[(objs[i].level, origin, k)] + np.where(pick == k, segs[i], 0.0)
+    return total, {i: np.maximum(np.choose(pick, [per[(objs[i].level, origin, k)] for k in range(H1_MAX)]), segs[i])
+                   / level_segs[objs[i].level] for i, (origin, pick) in slot_of.items()}

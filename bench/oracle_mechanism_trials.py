@@ -58,6 +58,12 @@ VARIANTS = {  # name -> the mechanisms it switches on
     "rounds+timeline+fair+order": ("rounds", "timeline", "fair", "order"),
     "timeline+fair+order+flow": ("timeline", "fair", "order", "flow"),
     "rounds+timeline+fair+order+flow": ("rounds", "timeline", "fair", "order", "flow"),
+    "timeline+fair+order+shared": ("timeline", "fair", "order", "shared"),
+    "rounds+timeline+fair+order+shared": ("rounds", "timeline", "fair", "order", "shared"),
+    "rounds+timeline+fair+order+flow+shared": ("rounds", "timeline", "fair", "order", "flow", "shared"),
+    "rounds+timeline+fair+order+shared+priority": ("rounds", "timeline", "fair", "order", "shared", "priority"),
+    "rounds+timeline+fair+order+flow+shared+priority": ("rounds", "timeline", "fair", "order", "flow", "shared",
+                                                        "priority"),
 }
 CONTRASTS = ("IW 4 vs 10", "IW 32 vs 10", "HTTP/1.1 vs 2")
 TAIL_RTTS = 3.0  # a lost tail with no follower: the last ACK, the probe timeout (2 srtt, srtt ~ rtt) and the probe
@@ -176,7 +182,7 @@ def mechanisms(on: tuple, recovery: float):
     if "rounds" in on:
         tcp.window_limited_ms = window_limited_ms
     if "timeline" in on:
-        opts = tuple(m for m in on if m in ("fair", "order", "flow"))
+        opts = tuple(m for m in on if m in ("fair", "order", "flow", "shared", "priority"))
         model.load_ms = lambda *a: page_timeline.load_ms(*a, opts=opts)
     elif set(on) - {"rounds"}:
         if "burst" in on:

@@ -32,6 +32,9 @@ import numpy as np
 from tailor.oracle import model, tcp
 
 V2_LOAD = model.load_ms
+# ``priority``: Chromium's request priorities (stylesheets and fonts highest, then scripts, images lowest), the order
+# in which a level's requests are issued and an HTTP/2 flow delivers them
+PRIORITY = {"html": 0, "css": 1, "font": 1, "js": 2, "other": 3, "img": 4}
 H1_MAX = model.H1_CONNECTIONS_PER_ORIGIN
 
 
@@ -60,10 +63,33 @@ def load_ms(site, bw, rtt, loss, q, stack, h2, opts=()):
     """The page's load time (array over conditions x configurations); objects as v2."""
     if site.kind != "page":
         return V2_LOAD(site, bw, rtt, loss, q, stack, h2)
-    shares = None
-    for _ in range(1 if h2 else 3):
-        total, shares = _pass(site, bw, rtt, loss, q, stack, h2, opts, shares)
+    shares, v2_burst = None, tcp.burst_loss_ms
+    if "shared" in opts:  # first-flight losses come from the shared buffer below, not from v2's per-connection room
+        tcp.burst_loss_ms = lambda d, w0, sh, bbr: 0.0
+    try:
+        for _ in range(1 if h2 else 3):
+            total, shares = _pass(site, bw, rtt, loss, q, stack, h2, opts, shares)
+    finally:
+        tcp.burst_loss_ms = v2_burst
     return total
+
+
+def _shared_loss_ms(start, d, w0, flights, path, stack):
+    """``shared``: the first flight of a response (min(w0, d) segments, sent at once by a loss-based sender, paced
+    over rtt / 2.89 by BBR) shares the bottleneck's buffer with every first flight sent less than one RTT before it;
+    what the pipe, the buffer and the packet in service cannot hold is dropped, each flight losing its share. A lost
+    tail that later segments of the response reveal costs one RTT (SACK recovery); a response wholly inside its
+    flight waits for a tail-loss probe, 2 srtt with the full buffer in srtt, plus the probe's round trip. Returns
+    the cost and records the flight."""
+    burst = np.minimum(w0, d)
+    drain = np.where(stack.bbr, path.bdp / tcp.BBR_STARTUP_GAIN, 0.0)
+    near = sum((np.abs(start - s) < path.rtt) * b for s, b in flights) if flights else 0.0
+    total = burst + near
+    lost = burst * np.maximum(total - path.bdp - path.buffer - 1.0 - drain, 0.0) / np.maximum(total, 1e-9)
+    srtt = path.rtt + path.buffer / path.rate
+    cost = np.where(d > burst + 1.0, path.rtt, path.rtt + 2 * srtt)
+    flights.append((start, burst))
+    return np.minimum(lost, 1.0) * cost
 
 
 def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
@@ -86,8 +112,9 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
     js1 = [i for i, o in enumerate(objs) if o.level == 1 and o.kind == "js"]
     done: list = [None] * len(objs)
     pools: dict[int, list] = defaultdict(list)  # per origin: [free_at, delivered, exists] per connection
-    slot_of = {}
-    for i in sorted(range(len(objs)), key=lambda j: (objs[j].level, j)):
+    slot_of, flights = {}, []
+    rank = (lambda j: PRIORITY.get(objs[j].kind, 4)) if "priority" in opts else (lambda j: 0)
+    for i in sorted(range(len(objs)), key=lambda j: (objs[j].level, rank(j), j)):
         o, d = objs[i], segs[i]
         by, p = par[i]
         if by == "root":
@@ -119,6 +146,8 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
             w0 = np.where(before > 0, tcp.warm_window(iw, before, sh, stack), iw)
             end = start + tcp.transfer_ms(flow, w0, sh, stack, w_ss=iw + before) \
                 + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr)
+            if "shared" in opts:
+                end = end + _shared_loss_ms(start, d, w0, flights, path, stack)
             done[i] = np.maximum(end, disc + path.rtt) if "flow" in opts else np.maximum(end, conn[0] + d / sh.rate)
             conn[0], conn[1], conn[2], conn[3] = np.maximum(done[i], conn[0]), before, start, flow
             continue
@@ -138,6 +167,8 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
         w0 = np.where(delivered > 0, tcp.warm_window(iw, delivered, sh, stack), iw)
         done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered) \
             + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr)
+        if "shared" in opts:
+            done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack)
         for k, c in enumerate(pool):
             c[0], c[1] = np.where(pick == k, done[i], c[0]), np.where(pick == k, c[1] + d, c[1])
         slot_of[i] = (o.origin, pick)

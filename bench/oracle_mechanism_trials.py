@@ -29,9 +29,9 @@ The mechanisms (evidence: tb-v2's server counters ``srv_RetransSegs`` / ``srv_TC
 * ``rounds``: slow start in whole rounds of whole segments: a response of d segments from a window w0 needs
   ceil(log2(ceil(d) / w0 + 1)) rounds and idles in ceil(log2(pipe / w0)) of them at most (v2's rounds are continuous,
   "expected over header/size jitter", so an 11-segment HTML page costs IW 10 a few per cent of an RTT, not a round).
-* ``timeline`` (``fair``, ``order``, ``flow``): pages timed by ``bench/page_timeline.py`` (discovery per parent object,
-  Chromium's HTTP/1.1 socket pool with late binding, HTTP/2 responses in sequence on one connection per origin)
-  instead of v2's synchronous levels; see that module.
+* ``timeline`` (with ``fair``, ``order``, ``shared``, ``mux``, ``priority``, ``flow``, ``rounds``): pages timed by
+  ``tailor.oracle.timeline`` (``ModelOracle(pages="timeline")``, whose default is
+  ``rounds+timeline+fair+order+shared+mux+priority``) instead of v2's synchronous levels; see that module.
 """
 
 from __future__ import annotations
@@ -43,10 +43,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import page_timeline
 
 from tailor.eval.run import _git_commit
-from tailor.oracle import model, tcp
+from tailor.oracle import model, tcp, timeline
 from tailor.oracle.measured import MeasuredOracle
 from tailor.oracle.validate import contrast_summary, validate_oracle
 
@@ -61,6 +60,9 @@ VARIANTS = {  # name -> the mechanisms it switches on
     "timeline+fair+order+shared": ("timeline", "fair", "order", "shared"),
     "rounds+timeline+fair+order+shared": ("rounds", "timeline", "fair", "order", "shared"),
     "rounds+timeline+fair+order+flow+shared": ("rounds", "timeline", "fair", "order", "flow", "shared"),
+    "rounds+timeline+fair+order+shared+mux": ("rounds", "timeline", "fair", "order", "shared", "mux"),
+    "rounds+timeline+fair+order+shared+mux+priority": ("rounds", "timeline", "fair", "order", "shared", "mux",
+                                                       "priority"),
     "rounds+timeline+fair+order+shared+priority": ("rounds", "timeline", "fair", "order", "shared", "priority"),
     "rounds+timeline+fair+order+flow+shared+priority": ("rounds", "timeline", "fair", "order", "flow", "shared",
                                                         "priority"),
@@ -110,14 +112,6 @@ def overshoot_ms(d, w0, before, iw, sh: tcp.Share, bbr):
     loss_based = survive * (tail_only * tlp + (any_drop - tail_only) * rack)
     bbr_v2 = tcp.overshoot_ms(before, d, iw, sh, np.ones_like(bbr))  # v2's BBR term
     return np.where(bbr, bbr_v2, loss_based)
-
-
-def window_limited_ms(d, w0, rate, rtt):
-    """``tcp.window_limited_ms`` in whole rounds of whole segments (the ``rounds`` mechanism)."""
-    rounds = np.ceil(np.log2(np.ceil(d - 1e-6) / w0 + 1.0) - 1e-9)
-    gaps = np.maximum(np.minimum(rounds - 1.0, np.ceil(np.log2(np.maximum(rate * rtt / w0, 1.0)) - 1e-9)), 0.0)
-    sent_in_gaps = np.minimum(w0 * (np.exp2(gaps) - 1.0), d)
-    return rtt + d / rate + gaps * rtt - sent_in_gaps / rate
 
 
 def connection_ms(queue, before, cold, share, stack, rwnd=model.CLIENT_RWND_SEGMENTS):
@@ -179,11 +173,11 @@ def mechanisms(on: tuple, recovery: float):
     old_recovery = tcp.OVERSHOOT_RECOVERY_RTT
     _state["on"] = on
     tcp.OVERSHOOT_RECOVERY_RTT = recovery
-    if "rounds" in on:
-        tcp.window_limited_ms = window_limited_ms
+    if "rounds" in on and "timeline" not in on:  # whole rounds in v2's levels
+        tcp.window_limited_ms = lambda d, w0, rate, rtt, whole=False: _V2["rounds"](d, w0, rate, rtt, True)
     if "timeline" in on:
-        opts = tuple(m for m in on if m in ("fair", "order", "flow", "shared", "priority"))
-        model.load_ms = lambda *a: page_timeline.load_ms(*a, opts=opts)
+        opts = tuple(m for m in on if m in timeline.OPTIONS)
+        model.load_ms = lambda *a: timeline.load_ms(*a, opts=opts)
     elif set(on) - {"rounds"}:
         if "burst" in on:
             tcp.burst_loss_ms = burst_loss_ms

@@ -130,6 +130,15 @@ def test_page_campaign_dataset_reports_choices_within_the_best_interval(tmp_path
     assert "| model | pages | 2 | 2 | " in capsys.readouterr().out
 
 
+def test_the_timeline_model_is_validated_on_request(tmp_path, capsys):
+    """``--oracle model-timeline``: the model with the page timeline, through the same figures."""
+    _page_dataset(tmp_path)
+    s = validate(tmp_path, ("model-timeline",), ("pages",))["oracles"]["model-timeline"]["pages"]
+    assert s["cells"] == 2 and -1.0 <= s["rho_median"] <= 1.0 and s["cost_median"] >= 0.0
+    assert main(["oracle", "validate", "--dataset", str(tmp_path), "--oracle", "model-timeline"]) == 0
+    assert "| model-timeline | pages | 2 | 2 | " in capsys.readouterr().out
+
+
 def _calibration_dataset(root: Path, value: float) -> None:
     """Page loads measured as the model's own times with OVERSHOOT_RECOVERY_RTT = ``value`` on four conditions
     whose one-BDP buffers a loss-based slow start overflows (where the constant matters)."""

@@ -336,10 +336,11 @@ def _anchor_space(anchors: pd.DataFrame) -> ConfigSpace:
     return ConfigSpace(grid, name="measured-anchors")
 
 
-def _model_ms(site: Website, bw, rtt, loss, q, space: ConfigSpace) -> np.ndarray:
-    from tailor.oracle.model import _stack, load_ms
+def _model_ms(site: Website, bw, rtt, loss, q, space: ConfigSpace, pages: str = "levels") -> np.ndarray:
+    from tailor.oracle import model, timeline
 
-    stack, h2 = _stack(space)
+    load_ms = timeline.load_ms if pages == "timeline" else model.load_ms
+    stack, h2 = model._stack(space)
     col = lambda a: np.asarray(a, dtype=float)[:, None]  # noqa: E731
     out = np.empty((len(bw), len(space)))
     for is_h2 in (False, True):

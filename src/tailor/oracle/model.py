@@ -28,6 +28,7 @@ from tailor.oracle.websites import default_catalog, search_catalog
 from tailor.space import ConfigSpace
 
 VERSION = "model-tcp-v2"
+PAGE_MODELS = ("levels", "timeline")  # ModelOracle(pages=...): v2's discovery levels or the page timeline
 H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
 CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later
 RESPONSE_HEADER_BYTES = 400  # HTTP response headers added to every body
@@ -78,11 +79,22 @@ class ModelOracle(Oracle):
     name = VERSION
     kind = "model"
 
-    def __init__(self, grid: ConditionGrid = DEFAULT_GRID, websites: dict[str, Website] | None = None):
-        self.grid = grid
+    def __init__(self, grid: ConditionGrid = DEFAULT_GRID, websites: dict[str, Website] | None = None,
+                 pages: str = "levels"):
+        """``pages``: ``levels`` (v2's discovery levels, the default) or ``timeline`` (``tailor.oracle.timeline``:
+        per-object discovery, Chromium's connection pool, HTTP/2 multiplexing, first flights sharing the buffer,
+        whole slow-start rounds; MODEL.md section 3a). Objects are the same in both."""
+        if pages not in PAGE_MODELS:
+            raise OracleError(f"The 'pages' parameter of ModelOracle must be one of {PAGE_MODELS}. Got {pages!r}.")
+        self.grid, self.pages = grid, pages
+        self.name = VERSION if pages == "levels" else f"{VERSION}+timeline"
         self.websites = dict({**default_catalog(), **search_catalog()} if websites is None else websites)
 
     def mode_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
+        if self.pages == "timeline":
+            from tailor.oracle.timeline import load_ms as timeline_ms
+
+            return self._per_http(timeline_ms, cells, website, space)
         return self._per_http(load_ms, cells, website, space)
 
     def srtt_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
@@ -108,7 +120,7 @@ class ModelOracle(Oracle):
     def describe(self) -> dict:
         g = self.grid
         return {
-            "name": self.name, "kind": self.kind, "version": VERSION,
+            "name": self.name, "kind": self.kind, "version": VERSION, "pages": self.pages,
             "basis": "Cardwell-Savage-Anderson latency model (handshake, slow start, first loss by fast "
                      "retransmit or PFTK timeout) + steady state by CC response (Reno: PFTK; CUBIC: RFC 8312 "
                      "sec. 5; BBR: rate x (1-p)); HTTP/1.1 6 conns/origin serial, HTTP/2 1 conn/origin "

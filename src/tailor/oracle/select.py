@@ -4,7 +4,8 @@ Both oracles are validated against the measured dataset (``tailor oracle validat
 of the evaluation (objects, pages), the oracle's order of the measured configurations must meet issue 18's
 targets (``tailor.oracle.validate.TARGETS``; the measured oracle is validated leave-one-condition-out). Among the
 oracles that hold on every kind, the measured one is preferred when it covers the evaluated space with measured
-values (no configuration anchored on a neighbour) and every default website, then the model. When no oracle
+values (no configuration anchored on a neighbour) and every default website, then the model, then the model with
+the page timeline (``model-timeline``). When no oracle
 holds, the coverage rule alone decides (measured only with full coverage, else the model) and the selection says
 that no validation holds, with the figures. The choice, its reason and the figures are attached to the oracle
 (``oracle.validation``) for the run's metadata and report.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from tailor.errors import OracleError
 from tailor.oracle.base import Oracle
 
-ORACLES = ("auto", "model", "measured", "measured-quic")
+ORACLES = ("auto", "model", "model-timeline", "measured", "measured-quic")
 QUIC_KNOBS = ("http.alt_svc", "quic.")  # a space tuning these is answered by the QUIC dataset only
 
 
@@ -25,7 +26,8 @@ def default_oracle() -> Oracle:
 
 
 def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
-    """``model``: ModelOracle; ``measured``: MeasuredOracle (OracleError without a dataset); ``measured-quic``:
+    """``model``: ModelOracle; ``model-timeline``: ModelOracle with the page timeline (``pages="timeline"``, not yet
+    the default: every figure of the README was measured on the levels); ``measured``: MeasuredOracle (OracleError without a dataset); ``measured-quic``:
     QuicOracle (``tailor.oracle.quic``), also what ``auto`` picks for a space that tunes HTTP/3 or QUIC knobs;
     ``auto``: see module."""
     if name not in ORACLES:
@@ -34,6 +36,8 @@ def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
 
     if name == "model":
         return _with_validation(ModelOracle(), "model", "asked for (--oracle model)")
+    if name == "model-timeline":
+        return _with_validation(ModelOracle(pages="timeline"), "model-timeline", "asked for (--oracle model-timeline)")
     if name == "measured":
         return _with_validation(_measured(), "measured", "asked for (--oracle measured)")
     if name == "measured-quic" or _tunes_quic(space):
@@ -58,12 +62,14 @@ def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
         chosen, reason = "measured", "its validation holds and it covers the space"
     elif ok["model"]:
         chosen, reason = "model", "its validation holds"
+    elif ok.get("model-timeline"):
+        chosen, reason = "model-timeline", "its validation holds (the model with the page timeline)"
     else:
         chosen = "measured" if covers else "model"
         reason = ("no oracle's validation holds on both objects and pages; by coverage: "
                   + ("the measured dataset covers the space" if covers else "the measured dataset does not cover "
                      f"space {space!r} and the default pages with measured values"))
-    oracle = measured if chosen == "measured" else ModelOracle()
+    oracle = measured if chosen == "measured" else ModelOracle(pages="timeline" if chosen == "model-timeline" else "levels")
     oracle.validation = {"chosen": chosen, "reason": reason, "dataset": measured.dataset.name,
                          "holds": ok, "figures": figures}
     return oracle

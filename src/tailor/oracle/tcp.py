@@ -114,17 +114,23 @@ def handshake_ms(rtt, p, stack: Stack):
     return 2 * rtt + syn + hello + flight
 
 
-def window_limited_ms(d, w0, rate, rtt):
+def window_limited_ms(d, w0, rate, rtt, whole: bool = False):
     """Lossless time from request to last byte: RTT + d/rate + idle gaps of window-limited rounds.
 
     The window doubles per round (slow start, ACK per segment: measured [4, 8, 16, 32] on this machine)
     from w0 until it covers the pipe rate*rtt; each round before that leaves the pipe idle for
-    rtt - w_i/rate. Rounds are continuous (expected over header/size jitter), so time is smooth.
+    rtt - w_i/rate. Rounds are continuous (expected over header/size jitter), so time is smooth; ``whole``
+    (the page timeline, MODEL.md section 3a): whole rounds of whole segments, ceil(log2(ceil(d) / w0 + 1)) rounds
+    and at most ceil(log2(pipe / w0)) idle ones, so an 11-segment response costs IW 10 one more round.
     """
-    rounds = np.log2(d / w0 + 1.0)  # rounds needed if the window never reached the pipe
-    to_pipe = np.log2(np.maximum(rate * rtt / w0, 1.0))  # rounds before the window covers the pipe
+    if whole:
+        rounds = np.ceil(np.log2(np.ceil(d - 1e-6) / w0 + 1.0) - 1e-9)
+        to_pipe = np.ceil(np.log2(np.maximum(rate * rtt / w0, 1.0)) - 1e-9)
+    else:
+        rounds = np.log2(d / w0 + 1.0)  # rounds needed if the window never reached the pipe
+        to_pipe = np.log2(np.maximum(rate * rtt / w0, 1.0))  # rounds before the window covers the pipe
     gaps = np.maximum(np.minimum(rounds - 1.0, to_pipe), 0.0)
-    sent_in_gaps = w0 * (np.exp2(gaps) - 1.0)
+    sent_in_gaps = np.minimum(w0 * (np.exp2(gaps) - 1.0), d)
     return rtt + d / rate + gaps * rtt - sent_in_gaps / rate
 
 
@@ -174,14 +180,16 @@ def pacing_ms(d, w0, sh: Share, bbr):
     return np.where(bbr, np.maximum(spread - last / sh.rate, 0.0), 0.0)
 
 
-def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None):
+def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, burst: bool = True):
     """Request to last byte of d segments on an open connection whose window is w0 (Cardwell-style).
 
     Loss-based CC: slow start until the first random loss (Cardwell's expected d_ss); that loss costs a
     fast retransmit (1 RTT) or a timeout (PFTK Q at the slow-start window ``w_ss``, default w0); the rest
     flows at the CC's steady-state rate (PFTK response with the CC's average window). BBR does not cut its
     rate on random loss: it delivers rate * (1 - p), pays the same first-loss recovery, and later losses
-    that no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd).
+    that no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd). ``whole``: slow start
+    in whole rounds (``window_limited_ms``); ``burst`` False: no first-flight loss from the connection's own share of
+    the path (the page timeline charges first flights against the buffer they share, ``tailor.oracle.timeline``).
     """
     p, rtt = sh.p, sh.rtt
     w_ss = np.minimum(w0 if w_ss is None else w_ss, d)  # in flight: no more than the response
@@ -196,8 +204,8 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None):
     later = np.where(stack.bbr, np.maximum(d * p - 1, 0) * q_later * 2 * rtt, 0.0)
     steady = np.minimum(goodput, cc_rate(p, rtt, rto, stack.reno))
     ca = (d - d_ss) / steady
-    lossless = window_limited_ms(d_ss, w0, goodput, rtt)
-    extra = burst_loss_ms(d, w0, sh, stack.bbr) + pacing_ms(d, w0, sh, stack.bbr)
+    lossless = window_limited_ms(d_ss, w0, goodput, rtt, whole)
+    extra = (burst_loss_ms(d, w0, sh, stack.bbr) if burst else 0.0) + pacing_ms(d, w0, sh, stack.bbr)
     return lossless + first + later + ca + extra
 
 

@@ -48,7 +48,8 @@ from tailor.errors import OracleError
 from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGES_SUBDIR, MeasuredOracle, _anchor_space,
                                     _model_ms, load_fetches, queue_bdp)
 
-ORACLES = ("model", "measured")
+ORACLES = ("model", "measured")  # what `tailor oracle validate` and `tailor evaluate` report by default
+NAMES = ORACLES + ("model-timeline",)  # the model with the page timeline (tailor.oracle.timeline), on request
 KINDS = ("objects", "pages", "quic")
 MIN_CONFIGS = 3  # a rank correlation over fewer configurations says nothing
 # Knob contrasts (label, field of the measured keys, value, reference value): time(value) / time(reference) with
@@ -190,8 +191,8 @@ def split_half_costs(dataset: Path, kind: str) -> dict:
 
 def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict, list[dict]]:
     """(summary, per-cell rows) of oracle ``name`` on the dataset behind ``oracle`` for one workload kind."""
-    if name not in ORACLES:
-        raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {ORACLES}. Got {name!r}.")
+    if name not in NAMES:
+        raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {NAMES}. Got {name!r}.")
     table = _cells(oracle, kind)
     source = oracle.page_dataset if kind == "pages" else oracle.dataset
     intervals = _intervals(source, kind)
@@ -209,6 +210,8 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
             q = [float(queue_bdp(bw[0], rtt[0], float(first["queue_packets"])))]  # the model's buffer unit: BDPs
             if name == "model":
                 pred = _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space)[0, idx]
+            elif name == "model-timeline":
+                pred = _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, pages="timeline")[0, idx]
             else:
                 pred = oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=cond)[0, idx]
             scores = cell_scores(cell["median"].to_numpy(), pred)
@@ -365,7 +368,7 @@ def _cache_key(*datasets: Path) -> str:
     h = hashlib.sha1()
     files = [f for d in datasets for f in sorted(d.glob("measurements.parquet")) + sorted(d.glob("*/measurements.parquet"))]
     here = Path(__file__).parent
-    for f in files + [here / n for n in ("model.py", "measured.py", "validate.py", "websites.py", "tcp.py")]:
+    for f in files + [here / n for n in ("model.py", "measured.py", "validate.py", "websites.py", "tcp.py", "timeline.py")]:
         if f.exists():
             h.update(f.name.encode())
             h.update(f.read_bytes())
@@ -377,7 +380,7 @@ def _has_pages(dataset: Path) -> bool:
 
 
 def cached_validation(dataset: str | Path = DEFAULT_DATASET, pages_dataset: str | Path | None = PAGE_DATASET) -> dict:
-    """Summaries (no per-cell rows) of both oracles on ``dataset``, cached by the content of the datasets and of
+    """Summaries (no per-cell rows) of every oracle (``NAMES``) on ``dataset``, cached by the content of the datasets and of
     the oracles' code (``$TAILOR_CACHE_DIR``, default ``~/.cache/tailor``): a changed model is re-validated.
 
     Page figures come from ``pages_dataset`` (the page campaign, tb-v3: adaptive repetitions on a quiet machine)
@@ -395,12 +398,12 @@ def cached_validation(dataset: str | Path = DEFAULT_DATASET, pages_dataset: str 
         return json.loads(path.read_text())
     except (OSError, ValueError):
         pass
-    result = validate(dataset)
+    result = validate(dataset, NAMES)
     for kinds in result["oracles"].values():
         for s in kinds.values():
             s["dataset"] = dataset.name
     if pages is not None:
-        page_result = validate(pages, kinds=("pages",))
+        page_result = validate(pages, NAMES, kinds=("pages",))
         for oracle, kinds in page_result["oracles"].items():
             result["oracles"][oracle]["pages"] = {**kinds["pages"], "dataset": pages.name}
         result["dataset"] = name

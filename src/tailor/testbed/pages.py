@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from tailor.oracle.base import Website
+from tailor.oracle.timeline import parents
 from tailor.oracle.websites import default_catalog, make_page
 from tailor.testbed.server import NGINX_HEAD, SERVER_IP, TestbedError, _make_cert, require_tools
 
@@ -102,19 +103,17 @@ def build_page(site: Website, seed: int, http: str = "2") -> tuple[dict[str, byt
     css_rules: dict[int, list[str]] = {i: [] for i in l1["css"]}
     js_inserts: dict[int, list[str]] = {i: [] for i in l1["js"]}
     html_extra: list[str] = []
-    for i, o in enumerate(objs):
+    for i, (o, (by, parent)) in enumerate(zip(objs, parents(site))):
         if o.level != 2:
             continue
-        css_parent = l1["css"][i % len(l1["css"])] if l1["css"] else None
-        js_parent = l1["js"][i % len(l1["js"])] if l1["js"] else None
-        if o.kind == "font" and css_parent is not None:
-            css_rules[css_parent].append(f"@font-face{{font-family:F{i};src:url({url[i]})}}.f{i}{{font-family:F{i}}}")
+        if by == "css" and o.kind == "font":
+            css_rules[parent].append(f"@font-face{{font-family:F{i};src:url({url[i]})}}.f{i}{{font-family:F{i}}}")
             html_extra.append(f'<p class="f{i}">font {i}</p>')
-        elif o.kind == "img" and css_parent is not None and (i % 2 == 0 or js_parent is None):
-            css_rules[css_parent].append(f".b{i}{{background:url({url[i]});width:1px;height:1px}}")
+        elif by == "css":
+            css_rules[parent].append(f".b{i}{{background:url({url[i]});width:1px;height:1px}}")
             html_extra.append(f'<div class="b{i}"></div>')
-        elif js_parent is not None:
-            js_inserts[js_parent].append(_insert_js(o.kind, url[i], i))
+        elif by == "js":
+            js_inserts[parent].append(_insert_js(o.kind, url[i], i))
         else:
             levels[i] = 1  # no level-1 parent of a usable type: referenced from the HTML instead
     head, body = [], []

@@ -1,26 +1,33 @@
-"""A page timeline for the model oracle, as a trial of MODEL.md section 6a (issue 18): not the shipped model.
+"""The page timeline (``ModelOracle(pages="timeline")``, ``--oracle model-timeline``; MODEL.md section 3a).
 
-``load_ms`` replaces ``tailor.oracle.model.load_ms`` for pages (objects keep v2's) when
-``bench/oracle_mechanism_trials.py`` runs a ``timeline`` variant. In place of v2's levels, which start together and
-end with their slowest connection:
+v2's page model (``tailor.oracle.model.load_ms``) times a page as discovery levels that start together and end with
+their slowest connection. The timeline times each object:
 
 * **Discovery per parent.** The HTML at 0; an object it references when the HTML is complete; a level-2 object when
   its parent is, the parent chosen by the rule the testbed builds its pages with (``tailor.testbed.pages.build_page``:
   fonts and every other image from a level-1 stylesheet, the rest inserted by a level-1 script, ``i mod n``).
-  ``order``: a stylesheet's children wait for every level-1 stylesheet (style needs the whole CSSOM) and a
-  script's for every level-1 script up to it (scripts run in document order).
-* **Connections.** HTTP/2: one per origin, opened at its first request, its responses one after another on the
-  wire (a response ends no earlier than its own request round trip and transfer from the window grown by the
-  responses before it, nor than the previous response's end plus its bytes at the connection's rate); ``flow``: a
-  request that arrives while the connection is still sending joins that flow (the responses multiplexed as one flow
-  from the flow's window, as in v2's level), a later one starts a new flow from the window grown so far. HTTP/1.1: Chromium's pool, up to six per origin; a request takes the connection
-  that is free first (late binding), and a new connection opens when none is free at discovery.
-* **Rate.** v2's byte share of the level for the origin (HTTP/2) or for the connection's bytes in the level
+  ``order``: a stylesheet's children wait for every level-1 stylesheet (style needs the whole CSSOM) and a script's
+  for every level-1 script up to it (scripts run in document order).
+* **Connections.** HTTP/1.1: Chromium's pool, up to six per origin; a request takes the connection that is free
+  first (late binding), and a new connection opens when none is free at discovery. HTTP/2: one connection per
+  origin, opened at its first request. ``mux``: a request that arrives while the connection still sends joins that
+  flow; the flow grows its window round by round (its responses complete in the order they joined, by Chromium's
+  priorities with ``priority``: stylesheets and fonts, scripts, then images), and each response pays its own loss
+  terms at the window it finds. Without ``mux`` each response is timed from the window grown by those before it;
+  ``flow`` times a joined flow whole, loss terms included (trials; MODEL.md 6a).
+* **Rate.** The byte share of the level for the origin (HTTP/2) or for the connection's bytes in the level
   (HTTP/1.1, from the previous of three passes); ``fair``: at least an equal share among the level's connections, so
   a small response on its own connection is not slowed to its byte share.
+* **First flights share the buffer** (``shared``): a response's first flight (min(w0, d) segments; what it adds to
+  an HTTP/2 flow's) shares the bottleneck's buffer with every first flight sent less than one RTT before it; what
+  pipe, buffer and the packet in service cannot hold is dropped, each flight losing its share. A lost tail that later
+  segments reveal costs one RTT (SACK); a response wholly inside its flight waits for a tail-loss probe (2 srtt with
+  the full buffer in srtt, then the probe's round trip). The per-connection burst term of v2 is off.
+* **Whole rounds** (``rounds``): slow start in whole rounds of whole segments (``tcp.window_limited_ms``).
 
-Responses are timed by v2's ``tcp.transfer_ms`` and ``tcp.overshoot_ms`` on the connection's delivered segments,
-vectorised over (conditions, configurations) like the shipped model.
+Responses are otherwise timed by v2's ``tcp.transfer_ms`` and ``tcp.overshoot_ms`` (random loss, CC response,
+BBR pacing), vectorised over (conditions, configurations). The default is every mechanism above but ``flow``;
+``bench/oracle_mechanism_trials.py`` runs the subsets. Objects (single responses) keep v2's model.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ import numpy as np
 
 from tailor.oracle import model, tcp
 
-V2_LOAD = model.load_ms
+_V2_LOAD = model.load_ms  # v2's, also when a trial harness has put the timeline in its place
+OPTIONS = ("fair", "order", "shared", "mux", "priority", "rounds", "flow")
+DEFAULT = ("fair", "order", "shared", "mux", "priority", "rounds")
 # ``priority``: Chromium's request priorities (stylesheets and fonts highest, then scripts, images lowest), the order
 # in which a level's requests are issued and an HTTP/2 flow delivers them
 PRIORITY = {"html": 0, "css": 1, "font": 1, "js": 2, "other": 3, "img": 4}
@@ -39,7 +48,9 @@ H1_MAX = model.H1_CONNECTIONS_PER_ORIGIN
 
 
 def parents(site) -> list[tuple[str, int | None]]:
-    """Per object, (what discovers it: 'root' | 'html' | 'css' | 'js', its parent's index)."""
+    """Per object, (what discovers it: 'root' | 'html' | 'css' | 'js', its parent's index): the rule the testbed
+    writes its pages by (``tailor.testbed.pages.build_page``); a level-2 object without a level-1 stylesheet or
+    script to come from is referenced by the HTML."""
     objs = list(site.objects)
     l1 = {k: [i for i, o in enumerate(objs) if o.level == 1 and o.kind == k] for k in ("css", "js")}
     out: list[tuple[str, int | None]] = []
@@ -59,29 +70,29 @@ def parents(site) -> list[tuple[str, int | None]]:
     return out
 
 
-def load_ms(site, bw, rtt, loss, q, stack, h2, opts=()):
-    """The page's load time (array over conditions x configurations); objects as v2."""
+def load_ms(site, bw, rtt, loss, q, stack, h2, opts=DEFAULT):
+    """The workload's completion time (array over conditions x configurations): pages by the timeline, objects by
+    v2's ``model.load_ms``."""
     if site.kind != "page":
-        return V2_LOAD(site, bw, rtt, loss, q, stack, h2)
-    shares, v2_burst = None, tcp.burst_loss_ms
-    if "shared" in opts:  # first-flight losses come from the shared buffer below, not from v2's per-connection room
-        tcp.burst_loss_ms = lambda d, w0, sh, bbr: 0.0
-    try:
-        for _ in range(1 if h2 else 3):
-            total, shares = _pass(site, bw, rtt, loss, q, stack, h2, opts, shares)
-    finally:
-        tcp.burst_loss_ms = v2_burst
+        return _V2_LOAD(site, bw, rtt, loss, q, stack, h2)
+    unknown = set(opts) - set(OPTIONS)
+    if unknown:
+        raise ValueError(f"timeline options must be among {OPTIONS}; got {sorted(unknown)}")
+    shares = None
+    for _ in range(1 if h2 else 3):
+        total, shares = _pass(site, bw, rtt, loss, q, stack, h2, tuple(opts), shares)
     return total
 
 
-def _shared_loss_ms(start, d, w0, flights, path, stack):
+def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None):
     """``shared``: the first flight of a response (min(w0, d) segments, sent at once by a loss-based sender, paced
     over rtt / 2.89 by BBR) shares the bottleneck's buffer with every first flight sent less than one RTT before it;
     what the pipe, the buffer and the packet in service cannot hold is dropped, each flight losing its share. A lost
     tail that later segments of the response reveal costs one RTT (SACK recovery); a response wholly inside its
     flight waits for a tail-loss probe, 2 srtt with the full buffer in srtt, plus the probe's round trip. Returns
-    the cost and records the flight."""
-    burst = np.minimum(w0, d)
+    the cost and records the flight. ``burst``: the segments this response adds to a flight already counted (an
+    HTTP/2 response joining its connection's flow), by default its own first flight."""
+    burst = np.minimum(w0, d) if burst is None else burst
     drain = np.where(stack.bbr, path.bdp / tcp.BBR_STARTUP_GAIN, 0.0)
     near = sum((np.abs(start - s) < path.rtt) * b for s, b in flights) if flights else 0.0
     total = burst + near
@@ -96,6 +107,7 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
     """One pass of the timeline: (load time, each object's connection byte share for the next pass)."""
     path = model._Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)
     shape = np.broadcast_shapes(np.shape(bw), np.shape(stack.iw))
+    whole, burst = "rounds" in opts, "shared" not in opts  # shared: first-flight losses from the shared buffer only
     objs, par = list(site.objects), parents(site)
     segs = [(o.size_bytes + model.RESPONSE_HEADER_BYTES) / tcp.MSS for o in objs]
     level_segs, origin_segs, origin_n = defaultdict(float), defaultdict(float), defaultdict(int)
@@ -133,22 +145,37 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
         sh = model._share(path, stack, share, 1.0 / conns[o.level])
         pool = pools[o.origin]
         if h2:
-            if not pool:  # [last response's end, delivered before the flow, the flow's start, its segments, ready at]
-                z = np.zeros(shape)
-                pool.append([disc + hs, z, disc + hs, z, disc + hs])
+            if not pool:  # [last response's end, delivered before the flow, the flow's start, its segments, ready at,
+                z = np.zeros(shape)  # the flow's byte share]
+                pool.append([disc + hs, z, disc + hs, z, disc + hs, z + share])
             conn = pool[0]
             # a request that arrives while the connection is still sending joins its flow (multiplexed: one
             # flow from the flow's window); a later one starts a new flow from the window grown so far
-            join = (disc < conn[0]) if "flow" in opts else np.zeros(shape, dtype=bool)
+            joins = "flow" in opts or "mux" in opts
+            join = (disc < conn[0]) if joins else np.zeros(shape, dtype=bool)
             before = np.where(join, conn[1], conn[1] + conn[3])
-            start = np.where(join, conn[2], np.maximum(disc, conn[0] if "flow" in opts else conn[4]))
+            start = np.where(join, conn[2], np.maximum(disc, conn[0] if joins else conn[4]))
             flow = np.where(join, conn[3] + d, d)
+            flow_share = np.where(join, np.maximum(conn[5], share), share)  # a joined flow keeps its rate
+            sh = model._share(path, stack, flow_share, 1.0 / conns[o.level])
+            conn[5] = flow_share
             w0 = np.where(before > 0, tcp.warm_window(iw, before, sh, stack), iw)
-            end = start + tcp.transfer_ms(flow, w0, sh, stack, w_ss=iw + before) \
-                + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr)
-            if "shared" in opts:
+            if "mux" in opts:  # the flow's rounds, this response's own loss terms (at the window it finds)
+                sent = before + flow - d
+                w_now = np.where(sent > 0, tcp.warm_window(iw, sent, sh, stack), iw)
+                goodput = sh.rate * (1 - sh.p)
+                end = start + tcp.window_limited_ms(flow, w0, goodput, sh.rtt, whole) \
+                    + tcp.transfer_ms(d, w_now, sh, stack, w_ss=iw + sent, whole=whole, burst=burst) \
+                    - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr)
+            else:
+                end = start + tcp.transfer_ms(flow, w0, sh, stack, w_ss=iw + before, whole=whole, burst=burst) \
+                    + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr)
+            if "shared" in opts and joins:  # what this response adds to the flow's first flight
+                added = np.minimum(w0, flow) - np.minimum(w0, flow - d)
+                end = end + _shared_loss_ms(start, flow, w0, flights, path, stack, burst=added)
+            elif "shared" in opts:
                 end = end + _shared_loss_ms(start, d, w0, flights, path, stack)
-            done[i] = np.maximum(end, disc + path.rtt) if "flow" in opts else np.maximum(end, conn[0] + d / sh.rate)
+            done[i] = np.maximum(end, disc + path.rtt) if joins else np.maximum(end, conn[0] + d / sh.rate)
             conn[0], conn[1], conn[2], conn[3] = np.maximum(done[i], conn[0]), before, start, flow
             continue
         free_now = np.zeros(shape, dtype=bool)
@@ -165,7 +192,7 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
         pick, start = np.argmin(avail, axis=0), np.min(avail, axis=0)
         delivered = np.choose(pick, [c[1] for c in pool])
         w0 = np.where(delivered > 0, tcp.warm_window(iw, delivered, sh, stack), iw)
-        done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered) \
+        done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered, whole=whole, burst=burst) \
             + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr)
         if "shared" in opts:
             done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack)

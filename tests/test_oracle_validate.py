@@ -184,6 +184,21 @@ def test_calibrate_recovers_the_constant_that_made_the_data(tmp_path, truth):
         calibrate(tmp_path, values=(0.0, 2.0))  # above one RTT: time would fall as loss rises
 
 
+def test_calibrate_fits_the_constant_for_the_timeline_on_request(tmp_path, capsys):
+    """The same leave-one-condition-out choice for the page timeline (``--oracle model-timeline``); the data here
+    were made by the levels, so only the bookkeeping is checked."""
+    from tailor.oracle.calibrate import calibrate
+
+    _calibration_dataset(tmp_path, 1.0)
+    result = calibrate(tmp_path, values=(0.0, 1.0), model="model-timeline")
+    assert result["oracle"] == "model-timeline" and len(result["folds"]) == 4
+    assert result["held_out"]["pages"]["cells"] == 4 and result["fitted_on_all"] in (0.0, 1.0)
+    with pytest.raises(OracleError, match="'oracle' parameter"):
+        calibrate(tmp_path, model="model-v9")
+    assert main(["oracle", "calibrate", "--dataset", str(tmp_path), "--oracle", "model-timeline"]) == 0
+    assert "oracle model-timeline" in capsys.readouterr().out
+
+
 def test_calibrate_command_prints_the_held_out_figures(tmp_path, capsys):
     _calibration_dataset(tmp_path, 1.0)
     assert main(["oracle", "calibrate", "--dataset", str(tmp_path)]) == 0

@@ -29,6 +29,7 @@ PARAMETER = "OVERSHOOT_RECOVERY_RTT"
 CANDIDATES = (0.0, 0.25, 0.5, 0.75, 1.0)  # above 1 RTT an overflow would cost more than
 # the random loss that pre-empts it (tcp.overshoot_ms), and time would fall as loss rises
 RHO_WEIGHT = 0.1
+MODELS = ("model", "model-timeline")  # the page model the constant is fitted for
 
 
 @contextmanager
@@ -50,15 +51,16 @@ def objective(rows: pd.DataFrame) -> float:
     return float(rows["cost"].mean() + RHO_WEIGHT * (1.0 - (rho.mean() if len(rho) else 0.0)))
 
 
-def score_rows(dataset: Path, values, kinds=("objects", "pages")) -> dict[float, pd.DataFrame]:
-    """Per candidate value, the model's per-cell validation rows on ``dataset`` (every kind it measured)."""
+def score_rows(dataset: Path, values, kinds=("objects", "pages"), model: str = "model") -> dict[float, pd.DataFrame]:
+    """Per candidate value, the model's per-cell validation rows on ``dataset`` (every kind it measured);
+    ``model``: ``model`` (pages as levels) or ``model-timeline`` (the page timeline)."""
     oracle = MeasuredOracle(dataset, pages="measured", page_dataset=dataset)
     out = {}
     for v in values:
         with _constant(v):
             rows = []
             for kind in kinds:
-                rows += [{**r, "kind": kind} for r in validate_oracle("model", oracle, kind)[1]]
+                rows += [{**r, "kind": kind} for r in validate_oracle(model, oracle, kind)[1]]
         out[float(v)] = pd.DataFrame(rows)
     return out
 
@@ -67,13 +69,16 @@ def _summary(rows: pd.DataFrame) -> dict:
     return {kind: summarize(g.drop(columns="kind").to_dict("records")) for kind, g in rows.groupby("kind")}
 
 
-def calibrate(dataset: str | Path, check=(), values=CANDIDATES) -> dict:
-    """Leave-one-condition-out choice of the constant on ``dataset``; held-out figures; ``check`` datasets scored."""
+def calibrate(dataset: str | Path, check=(), values=CANDIDATES, model: str = "model") -> dict:
+    """Leave-one-condition-out choice of the constant on ``dataset``; held-out figures; ``check`` datasets scored.
+    ``model``: which page model the constant is fitted for (``model`` or ``model-timeline``)."""
+    if model not in MODELS:
+        raise OracleError(f"The 'oracle' parameter of tailor oracle calibrate must be one of {MODELS}. Got {model!r}.")
     dataset = Path(dataset)
     values = tuple(float(v) for v in values)
     if not values or not all(math.isfinite(v) and 0 <= v <= 1 for v in values):
         raise OracleError(f"calibrate: candidate values must be in [0, 1] (RTTs), got {values}")
-    per_value = score_rows(dataset, values)
+    per_value = score_rows(dataset, values, model=model)
     conditions = sorted(set(per_value[values[0]]["condition"]))
     if len(conditions) < 2:
         raise OracleError(f"calibrate: leave-one-condition-out needs >= 2 measured conditions, {dataset} has "
@@ -87,14 +92,14 @@ def calibrate(dataset: str | Path, check=(), values=CANDIDATES) -> dict:
     held_rows = pd.concat(held, ignore_index=True)
     fitted = min(values, key=lambda v: (objective(per_value[v]), v))
     committed = float(getattr(tcp, PARAMETER))
-    result = {"dataset": dataset.name, "parameter": PARAMETER, "candidates": list(values),
+    result = {"dataset": dataset.name, "oracle": model, "parameter": PARAMETER, "candidates": list(values),
               "objective": f"mean cost + {RHO_WEIGHT} x (1 - mean rho)",
               "folds": folds, "held_out": _summary(held_rows), "fitted_on_all": fitted, "committed": committed,
               "in_sample": {str(v): {"objective": objective(per_value[v]), **_summary(per_value[v])} for v in values},
               "check": {}}
     for other in check:
         other = Path(other)
-        rows = score_rows(other, sorted({fitted, committed, 0.0}))
+        rows = score_rows(other, sorted({fitted, committed, 0.0}), model=model)
         result["check"][other.name] = {str(v): _summary(r) for v, r in rows.items()}
     return result
 
@@ -107,7 +112,8 @@ def format_report(result: dict) -> str:
     head = ["| figures | cells | rho median | rho p25 | best agrees | cost median | cost p90 | |log error| median |",
             "|---|---|---|---|---|---|---|---|"]
     picks = pd.Series([f["chosen"] for f in result["folds"]]).value_counts().sort_index()
-    lines = [f"dataset {result['dataset']}: {result['parameter']} by leave-one-condition-out "
+    lines = [f"dataset {result['dataset']}, oracle {result.get('oracle', 'model')}: {result['parameter']} by "
+             "leave-one-condition-out "
              f"(objective {result['objective']}; candidates {result['candidates']})",
              "chosen per held-out condition: " + ", ".join(f"{v:g} x{n}" for v, n in picks.items()),
              f"fitted on all conditions: {result['fitted_on_all']:g}; committed in tailor.oracle.tcp: "

@@ -24,6 +24,8 @@ def add_parser(sub) -> None:
     c.add_argument("--dataset", default=None, help="dataset to fit on (default: the page campaign, data/oracle/tb-v3)")
     c.add_argument("--check", action="append", default=[], metavar="DIR",
                    help="a dataset taking no part in the choice, scored at the fitted value (repeatable)")
+    c.add_argument("--oracle", choices=("model", "model-timeline"), default="model",
+                   help="the page model whose constant is fitted (model-timeline: the page timeline)")
     c.add_argument("--json", metavar="FILE", default=None, help="also write every figure as JSON")
 
 
@@ -43,7 +45,7 @@ def run(args) -> int:
         from tailor.oracle.measured import PAGE_DATASET
 
         result = calibrate(_dataset(args.dataset or PAGE_DATASET, "calibrate"),
-                           [_dataset(c, "calibrate", "check") for c in args.check])
+                           [_dataset(c, "calibrate", "check") for c in args.check], model=args.oracle)
         print(calibrate_report(result))
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1, allow_nan=True))

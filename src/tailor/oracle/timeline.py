@@ -123,7 +123,7 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
     css1 = [i for i, o in enumerate(objs) if o.level == 1 and o.kind == "css"]
     js1 = [i for i, o in enumerate(objs) if o.level == 1 and o.kind == "js"]
     done: list = [None] * len(objs)
-    pools: dict[int, list] = defaultdict(list)  # per origin: [free_at, delivered, exists] per connection
+    pools: dict[int, list] = defaultdict(list)  # per origin: HTTP/1.1 [free at, delivered, open] per connection
     slot_of, flights = {}, []
     rank = (lambda j: PRIORITY.get(objs[j].kind, 4)) if "priority" in opts else (lambda j: 0)
     for i in sorted(range(len(objs)), key=lambda j: (objs[j].level, rank(j), j)):

@@ -63,6 +63,8 @@ VARIANTS = {  # name -> the mechanisms it switches on
     "rounds+timeline+fair+order+shared+mux": ("rounds", "timeline", "fair", "order", "shared", "mux"),
     "rounds+timeline+fair+order+shared+mux+priority": ("rounds", "timeline", "fair", "order", "shared", "mux",
                                                        "priority"),
+    "rounds+timeline+fair+order+shared+mux+priority+ca": ("rounds", "timeline", "fair", "order", "shared", "mux",
+                                                          "priority", "ca"),
     "rounds+timeline+fair+order+shared+priority": ("rounds", "timeline", "fair", "order", "shared", "priority"),
     "rounds+timeline+fair+order+flow+shared+priority": ("rounds", "timeline", "fair", "order", "flow", "shared",
                                                         "priority"),

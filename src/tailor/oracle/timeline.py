@@ -24,6 +24,8 @@ their slowest connection. The timeline times each object:
   segments reveal costs one RTT (SACK); a response wholly inside its flight waits for a tail-loss probe (2 srtt with
   the full buffer in srtt, then the probe's round trip). The per-connection burst term of v2 is off.
 * **Whole rounds** (``rounds``): slow start in whole rounds of whole segments (``tcp.window_limited_ms``).
+* **Head-of-line blocking under loss** (``ca``, with ``mux``): a loss-based HTTP/2 flow delivers no faster than its
+  congestion control's average rate under random loss (``tcp.cc_rate``); BBR keeps its rate.
 
 Responses are otherwise timed by v2's ``tcp.transfer_ms`` and ``tcp.overshoot_ms`` (random loss, CC response,
 BBR pacing), vectorised over (conditions, configurations). The default is every mechanism above but ``flow``;
@@ -39,8 +41,8 @@ import numpy as np
 from tailor.oracle import model, tcp
 
 _V2_LOAD = model.load_ms  # v2's, also when a trial harness has put the timeline in its place
-OPTIONS = ("fair", "order", "shared", "mux", "priority", "rounds", "flow")
-DEFAULT = ("fair", "order", "shared", "mux", "priority", "rounds")
+OPTIONS = ("fair", "order", "shared", "mux", "priority", "rounds", "flow", "ca")
+DEFAULT = ("fair", "order", "shared", "mux", "priority", "rounds", "ca")
 # ``priority``: Chromium's request priorities (stylesheets and fonts highest, then scripts, images lowest), the order
 # in which a level's requests are issued and an HTTP/2 flow delivers them
 PRIORITY = {"html": 0, "css": 1, "font": 1, "js": 2, "other": 3, "img": 4}
@@ -167,6 +169,10 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
                 end = start + tcp.window_limited_ms(flow, w0, goodput, sh.rtt, whole) \
                     + tcp.transfer_ms(d, w_now, sh, stack, w_ss=iw + sent, whole=whole, burst=burst) \
                     - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr)
+                if "ca" in opts:  # a loss-based flow delivers no faster than its CC's average rate under random loss
+                    cc = tcp.cc_rate(sh.p, sh.rtt, tcp.rto_ms(sh.rtt, stack.rto_min), stack.reno)
+                    steady = np.where(stack.bbr, goodput, np.minimum(goodput, cc))
+                    end = np.maximum(end, start + sh.rtt + flow / steady)
             else:
                 end = start + tcp.transfer_ms(flow, w0, sh, stack, w_ss=iw + before, whole=whole, burst=burst) \
                     + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr)

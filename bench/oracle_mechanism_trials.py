@@ -29,9 +29,10 @@ The mechanisms (evidence: tb-v2's server counters ``srv_RetransSegs`` / ``srv_TC
 * ``rounds``: slow start in whole rounds of whole segments: a response of d segments from a window w0 needs
   ceil(log2(ceil(d) / w0 + 1)) rounds and idles in ceil(log2(pipe / w0)) of them at most (v2's rounds are continuous,
   "expected over header/size jitter", so an 11-segment HTML page costs IW 10 a few per cent of an RTT, not a round).
-* ``timeline`` (with ``fair``, ``order``, ``shared``, ``mux``, ``priority``, ``flow``, ``rounds``): pages timed by
-  ``tailor.oracle.timeline`` (``ModelOracle(pages="timeline")``, whose default is
-  ``rounds+timeline+fair+order+shared+mux+priority``) instead of v2's synchronous levels; see that module.
+* ``timeline`` (with ``fair``, ``order``, ``shared``, ``pipe``, ``mux``, ``priority``, ``ca``, ``flow``, ``rounds``):
+  pages timed by ``tailor.oracle.timeline`` (``ModelOracle(pages="timeline")``; the variant ``model-timeline`` is its
+  default, at its own constant ``timeline.RECOVERY_RTT``; the other timeline variants run at ``--recovery``, as
+  the trials did) instead of v2's synchronous levels; see that module.
 """
 
 from __future__ import annotations
@@ -57,17 +58,19 @@ VARIANTS = {  # name -> the mechanisms it switches on
     "rounds+timeline+fair+order": ("rounds", "timeline", "fair", "order"),
     "timeline+fair+order+flow": ("timeline", "fair", "order", "flow"),
     "rounds+timeline+fair+order+flow": ("rounds", "timeline", "fair", "order", "flow"),
-    "timeline+fair+order+shared": ("timeline", "fair", "order", "shared"),
-    "rounds+timeline+fair+order+shared": ("rounds", "timeline", "fair", "order", "shared"),
-    "rounds+timeline+fair+order+flow+shared": ("rounds", "timeline", "fair", "order", "flow", "shared"),
-    "rounds+timeline+fair+order+shared+mux": ("rounds", "timeline", "fair", "order", "shared", "mux"),
-    "rounds+timeline+fair+order+shared+mux+priority": ("rounds", "timeline", "fair", "order", "shared", "mux",
-                                                       "priority"),
-    "rounds+timeline+fair+order+shared+mux+priority+ca": ("rounds", "timeline", "fair", "order", "shared", "mux",
-                                                          "priority", "ca"),
-    "rounds+timeline+fair+order+shared+priority": ("rounds", "timeline", "fair", "order", "shared", "priority"),
-    "rounds+timeline+fair+order+flow+shared+priority": ("rounds", "timeline", "fair", "order", "flow", "shared",
-                                                        "priority"),
+    # ``pipe``: the first flights' room is pipe + buffer (the trials before the buffer-only room was adopted)
+    "timeline+fair+order+shared+pipe": ("timeline", "fair", "order", "shared", "pipe"),
+    "rounds+timeline+fair+order+shared+pipe": ("rounds", "timeline", "fair", "order", "shared", "pipe"),
+    "rounds+timeline+fair+order+flow+shared+pipe": ("rounds", "timeline", "fair", "order", "flow", "shared", "pipe"),
+    "rounds+timeline+fair+order+shared+mux+pipe": ("rounds", "timeline", "fair", "order", "shared", "mux", "pipe"),
+    "rounds+timeline+fair+order+shared+mux+priority+pipe": ("rounds", "timeline", "fair", "order", "shared", "mux",
+                                                            "priority", "pipe"),
+    "rounds+timeline+fair+order+shared+mux+priority+ca+pipe": ("rounds", "timeline", "fair", "order", "shared", "mux",
+                                                               "priority", "ca", "pipe"),
+    "rounds+timeline+fair+order+shared+priority+pipe": ("rounds", "timeline", "fair", "order", "shared", "priority",
+                                                        "pipe"),
+    # the page timeline as shipped (``timeline.DEFAULT``, at its own fitted constant ``timeline.RECOVERY_RTT``)
+    "model-timeline": ("timeline", "shipped", *timeline.DEFAULT),
 }
 CONTRASTS = ("IW 4 vs 10", "IW 32 vs 10", "HTTP/1.1 vs 2")
 TAIL_RTTS = 3.0  # a lost tail with no follower: the last ACK, the probe timeout (2 srtt, srtt ~ rtt) and the probe
@@ -177,9 +180,12 @@ def mechanisms(on: tuple, recovery: float):
     tcp.OVERSHOOT_RECOVERY_RTT = recovery
     if "rounds" in on and "timeline" not in on:  # whole rounds in v2's levels
         tcp.window_limited_ms = lambda d, w0, rate, rtt, whole=False: _V2["rounds"](d, w0, rate, rtt, True)
+    old_timeline = timeline.RECOVERY_RTT
     if "timeline" in on:
         opts = tuple(m for m in on if m in timeline.OPTIONS)
         model.load_ms = lambda *a: timeline.load_ms(*a, opts=opts)
+        if "shipped" not in on:  # the trials ran the timeline at the levels' constant
+            timeline.RECOVERY_RTT = recovery
     elif set(on) - {"rounds"}:
         if "burst" in on:
             tcp.burst_loss_ms = burst_loss_ms
@@ -189,6 +195,7 @@ def mechanisms(on: tuple, recovery: float):
     finally:
         tcp.burst_loss_ms, model._connection_ms, model._level_ms = _V2["burst"], _V2["connection"], _V2["level"]
         tcp.window_limited_ms, model.load_ms = _V2["rounds"], _V2["load"]
+        timeline.RECOVERY_RTT = old_timeline
         tcp.OVERSHOOT_RECOVERY_RTT = old_recovery
         _state.update({"on": (), "level_f": None, "first": False, "share": 1.0})
 

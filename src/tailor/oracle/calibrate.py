@@ -1,7 +1,8 @@
 """``tailor oracle calibrate``: choose the model's fitted constant by leave-one-condition-out cross-validation.
 
 The model oracle has one constant fitted to measurements, ``tcp.OVERSHOOT_RECOVERY_RTT`` (the recovery round of a
-loss-based slow start that overflows BDP + buffer; MODEL.md section 6a). For every candidate value the model is
+loss-based slow start that overflows BDP + buffer; MODEL.md section 6a); the page timeline (``--oracle
+model-timeline``) fits its own, ``timeline.RECOVERY_RTT`` (MODEL.md section 3a). For every candidate value the model is
 validated on the dataset's cells (``tailor.oracle.validate``); then, for each condition in turn, the value that
 minimises the objective on the *other* conditions' cells is taken and that condition's cells are scored with it.
 The held-out rows together give the figures a condition never seen in fitting would get. The objective is the
@@ -21,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from tailor.errors import OracleError
-from tailor.oracle import tcp
+from tailor.oracle import tcp, timeline
 from tailor.oracle.measured import MeasuredOracle
 from tailor.oracle.validate import summarize, validate_oracle
 
@@ -32,15 +33,22 @@ RHO_WEIGHT = 0.1
 MODELS = ("model", "model-timeline")  # the page model the constant is fitted for
 
 
+def _home(model: str):
+    """(module, name) of the constant a page model uses: the levels' ``tcp.OVERSHOOT_RECOVERY_RTT``, the timeline's
+    ``timeline.RECOVERY_RTT``."""
+    return (timeline, "RECOVERY_RTT") if model == "model-timeline" else (tcp, PARAMETER)
+
+
 @contextmanager
-def _constant(value: float):
-    """``tcp.OVERSHOOT_RECOVERY_RTT`` set to ``value`` for the block (restored after, also on error)."""
-    old = getattr(tcp, PARAMETER)
-    setattr(tcp, PARAMETER, float(value))
+def _constant(value: float, model: str = "model"):
+    """The page model's constant set to ``value`` for the block (restored after, also on error)."""
+    module, name = _home(model)
+    old = getattr(module, name)
+    setattr(module, name, float(value))
     try:
         yield
     finally:
-        setattr(tcp, PARAMETER, old)
+        setattr(module, name, old)
 
 
 def objective(rows: pd.DataFrame) -> float:
@@ -57,7 +65,7 @@ def score_rows(dataset: Path, values, kinds=("objects", "pages"), model: str = "
     oracle = MeasuredOracle(dataset, pages="measured", page_dataset=dataset)
     out = {}
     for v in values:
-        with _constant(v):
+        with _constant(v, model):
             rows = []
             for kind in kinds:
                 rows += [{**r, "kind": kind} for r in validate_oracle(model, oracle, kind)[1]]
@@ -91,8 +99,10 @@ def calibrate(dataset: str | Path, check=(), values=CANDIDATES, model: str = "mo
         folds.append({"held_out": cond, "chosen": chosen})
     held_rows = pd.concat(held, ignore_index=True)
     fitted = min(values, key=lambda v: (objective(per_value[v]), v))
-    committed = float(getattr(tcp, PARAMETER))
-    result = {"dataset": dataset.name, "oracle": model, "parameter": PARAMETER, "candidates": list(values),
+    module, name = _home(model)
+    committed = float(getattr(module, name))
+    result = {"dataset": dataset.name, "oracle": model, "parameter": name, "where": module.__name__,
+              "candidates": list(values),
               "objective": f"mean cost + {RHO_WEIGHT} x (1 - mean rho)",
               "folds": folds, "held_out": _summary(held_rows), "fitted_on_all": fitted, "committed": committed,
               "in_sample": {str(v): {"objective": objective(per_value[v]), **_summary(per_value[v])} for v in values},
@@ -116,7 +126,7 @@ def format_report(result: dict) -> str:
              "leave-one-condition-out "
              f"(objective {result['objective']}; candidates {result['candidates']})",
              "chosen per held-out condition: " + ", ".join(f"{v:g} x{n}" for v, n in picks.items()),
-             f"fitted on all conditions: {result['fitted_on_all']:g}; committed in tailor.oracle.tcp: "
+             f"fitted on all conditions: {result['fitted_on_all']:g}; committed in {result.get('where', 'tailor.oracle.tcp')}: "
              f"{result['committed']:g}" + ("" if result["fitted_on_all"] == result["committed"] else
                                             "  ** differs: the committed constant is not the fitted one **"), ""]
     lines += head

@@ -146,7 +146,7 @@ def burst_loss_ms(d, w0, sh: Share, bbr):
     return sh.rtt * np.maximum(burst - room, 0.0) / burst
 
 
-def overshoot_ms(before, d, iw, sh: Share, bbr):
+def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None):
     """Slow start that outgrows BDP + buffer loses a window tail; the pipe idles if the buffer < 1 BDP.
 
     Charged per level on each connection: the ramp (one window past the point where a window grown from
@@ -163,7 +163,8 @@ def overshoot_ms(before, d, iw, sh: Share, bbr):
     to_cap = np.maximum(cap - iw, 0.0)
     crossed = np.clip((before + d - to_cap) / cap, 0.0, 1.0) * np.minimum(d / cap, 1.0)
     survive = 1.0 - loss_prob(np.minimum(to_cap + cap, before + d), sh.p)
-    loss_based = np.maximum(np.maximum(1.0 - sh.q, 0.0), OVERSHOOT_RECOVERY_RTT) * survive
+    recovery = OVERSHOOT_RECOVERY_RTT if recovery is None else recovery  # the page timeline fits its own
+    loss_based = np.maximum(np.maximum(1.0 - sh.q, 0.0), recovery) * survive
     bbr_cost = 0.5 * np.clip((1.5 - sh.q) / 1.5, 0.0, 1.0)
     return crossed * sh.rtt * np.where(bbr, bbr_cost, loss_based)
 

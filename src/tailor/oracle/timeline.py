@@ -20,9 +20,11 @@ their slowest connection. The timeline times each object:
   a small response on its own connection is not slowed to its byte share.
 * **First flights share the buffer** (``shared``): a response's first flight (min(w0, d) segments; what it adds to
   an HTTP/2 flow's) shares the bottleneck's buffer with every first flight sent less than one RTT before it; what
-  pipe, buffer and the packet in service cannot hold is dropped, each flight losing its share. A lost tail that later
+  the buffer and the packet in service cannot hold (the pipe is empty when flights leave together) is dropped, each
+  flight losing its share. A lost tail that later
   segments reveal costs one RTT (SACK); a response wholly inside its flight waits for a tail-loss probe (2 srtt with
   the full buffer in srtt, then the probe's round trip). The per-connection burst term of v2 is off.
+  ``pipe`` (trials): the pipe absorbs first flights too.
 * **Whole rounds** (``rounds``): slow start in whole rounds of whole segments (``tcp.window_limited_ms``).
 * **Head-of-line blocking under loss** (``ca``, with ``mux``): a loss-based HTTP/2 flow delivers no faster than its
   congestion control's average rate under random loss (``tcp.cc_rate``); BBR keeps its rate.
@@ -41,12 +43,16 @@ import numpy as np
 from tailor.oracle import model, tcp
 
 _V2_LOAD = model.load_ms  # v2's, also when a trial harness has put the timeline in its place
-OPTIONS = ("fair", "order", "shared", "mux", "priority", "rounds", "flow", "ca")
+OPTIONS = ("fair", "order", "shared", "mux", "priority", "rounds", "flow", "ca", "pipe")
 DEFAULT = ("fair", "order", "shared", "mux", "priority", "rounds", "ca")
 # ``priority``: Chromium's request priorities (stylesheets and fonts highest, then scripts, images lowest), the order
 # in which a level's requests are issued and an HTTP/2 flow delivers them
 PRIORITY = {"html": 0, "css": 1, "font": 1, "js": 2, "other": 3, "img": 4}
 H1_MAX = model.H1_CONNECTIONS_PER_ORIGIN
+# The timeline's own value of the one fitted constant (``tcp.OVERSHOOT_RECOVERY_RTT`` for the levels): the recovery
+# round of a loss-based slow start that overflows BDP + buffer, in RTTs. Chosen by `tailor oracle calibrate --oracle
+# model-timeline` (leave-one-condition-out over tb-v3's 12 conditions: 0.75 in 10 folds, 1 in 2; MODEL.md 3a).
+RECOVERY_RTT = 0.75
 
 
 def parents(site) -> list[tuple[str, int | None]]:
@@ -86,19 +92,22 @@ def load_ms(site, bw, rtt, loss, q, stack, h2, opts=DEFAULT):
     return total
 
 
-def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None):
+def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False):
     """``shared``: the first flight of a response (min(w0, d) segments, sent at once by a loss-based sender, paced
     over rtt / 2.89 by BBR) shares the bottleneck's buffer with every first flight sent less than one RTT before it;
-    what the pipe, the buffer and the packet in service cannot hold is dropped, each flight losing its share. A lost
+    what the buffer, the packet in service and what BBR's pacing lets the bottleneck drain cannot hold is dropped,
+    each flight losing its share. Not the pipe: flights that leave together find it empty (MODEL.md 3a). A lost
     tail that later segments of the response reveal costs one RTT (SACK recovery); a response wholly inside its
     flight waits for a tail-loss probe, 2 srtt with the full buffer in srtt, plus the probe's round trip. Returns
     the cost and records the flight. ``burst``: the segments this response adds to a flight already counted (an
-    HTTP/2 response joining its connection's flow), by default its own first flight."""
+    HTTP/2 response joining its connection's flow), by default its own first flight. ``pipe``: the pipe absorbs
+    too (the trials before the buffer-only room, MODEL.md 6a)."""
     burst = np.minimum(w0, d) if burst is None else burst
     drain = np.where(stack.bbr, path.bdp / tcp.BBR_STARTUP_GAIN, 0.0)
     near = sum((np.abs(start - s) < path.rtt) * b for s, b in flights) if flights else 0.0
     total = burst + near
-    lost = burst * np.maximum(total - path.bdp - path.buffer - 1.0 - drain, 0.0) / np.maximum(total, 1e-9)
+    room = path.buffer + 1.0 + drain + (path.bdp if pipe else 0.0)
+    lost = burst * np.maximum(total - room, 0.0) / np.maximum(total, 1e-9)
     srtt = path.rtt + path.buffer / path.rate
     cost = np.where(d > burst + 1.0, path.rtt, path.rtt + 2 * srtt)
     flights.append((start, burst))
@@ -168,19 +177,20 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
                 goodput = sh.rate * (1 - sh.p)
                 end = start + tcp.window_limited_ms(flow, w0, goodput, sh.rtt, whole) \
                     + tcp.transfer_ms(d, w_now, sh, stack, w_ss=iw + sent, whole=whole, burst=burst) \
-                    - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr)
+                    - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr, RECOVERY_RTT)
                 if "ca" in opts:  # a loss-based flow delivers no faster than its CC's average rate under random loss
                     cc = tcp.cc_rate(sh.p, sh.rtt, tcp.rto_ms(sh.rtt, stack.rto_min), stack.reno)
                     steady = np.where(stack.bbr, goodput, np.minimum(goodput, cc))
                     end = np.maximum(end, start + sh.rtt + flow / steady)
             else:
                 end = start + tcp.transfer_ms(flow, w0, sh, stack, w_ss=iw + before, whole=whole, burst=burst) \
-                    + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr)
+                    + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr, RECOVERY_RTT)
             if "shared" in opts and joins:  # what this response adds to the flow's first flight
                 added = np.minimum(w0, flow) - np.minimum(w0, flow - d)
-                end = end + _shared_loss_ms(start, flow, w0, flights, path, stack, burst=added)
+                end = end + _shared_loss_ms(start, flow, w0, flights, path, stack, burst=added,
+                                             pipe="pipe" in opts)
             elif "shared" in opts:
-                end = end + _shared_loss_ms(start, d, w0, flights, path, stack)
+                end = end + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts)
             done[i] = np.maximum(end, disc + path.rtt) if joins else np.maximum(end, conn[0] + d / sh.rate)
             conn[0], conn[1], conn[2], conn[3] = np.maximum(done[i], conn[0]), before, start, flow
             continue
@@ -199,9 +209,9 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
         delivered = np.choose(pick, [c[1] for c in pool])
         w0 = np.where(delivered > 0, tcp.warm_window(iw, delivered, sh, stack), iw)
         done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered, whole=whole, burst=burst) \
-            + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr)
+            + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr, RECOVERY_RTT)
         if "shared" in opts:
-            done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack)
+            done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts)
         for k, c in enumerate(pool):
             c[0], c[1] = np.where(pick == k, done[i], c[0]), np.where(pick == k, c[1] + d, c[1])
         slot_of[i] = (o.origin, pick)

@@ -61,7 +61,8 @@ def _print_selection(oracle, err) -> None:
     err.print(f"oracle {oracle.name}: {v.get('reason', '')}", highlight=False, soft_wrap=True)
     for name, kinds in (v.get("figures") or {}).items():
         how = ("leave-one-condition-out" if name == "measured" else
-               "the model's one fitted constant from tb-v3, its page mechanisms chosen looking at tb-v3's pages"
+               "its own fitted constant from tb-v3, held out by `tailor oracle calibrate --oracle model-timeline`; its "
+               "page mechanisms chosen looking at tb-v3's pages"
                if name == "model-timeline" else
                "its one fitted constant from tb-v3: pages in-sample; held out by `tailor oracle calibrate`")
         err.print(f"  validation ({how}) {one_line(name, kinds)}", highlight=False, soft_wrap=True)

@@ -27,8 +27,8 @@ def default_oracle() -> Oracle:
 
 def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
     """``model``: ModelOracle; ``model-timeline``: ModelOracle with the page timeline (``pages="timeline"``, not yet
-    the default: every figure of the README was measured on the levels); ``measured``: MeasuredOracle (OracleError without a dataset); ``measured-quic``:
-    QuicOracle (``tailor.oracle.quic``), also what ``auto`` picks for a space that tunes HTTP/3 or QUIC knobs;
+    the default: every figure of the README was measured on the levels); ``measured``: MeasuredOracle (OracleError
+    without a dataset); ``measured-quic``: QuicOracle (``tailor.oracle.quic``), also what ``auto`` picks for a space that tunes HTTP/3 or QUIC knobs;
     ``auto``: see module."""
     if name not in ORACLES:
         raise OracleError(f"The 'oracle' parameter must be one of {ORACLES}. Got {name!r}.")
@@ -69,7 +69,8 @@ def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
         reason = ("no oracle's validation holds on both objects and pages; by coverage: "
                   + ("the measured dataset covers the space" if covers else "the measured dataset does not cover "
                      f"space {space!r} and the default pages with measured values"))
-    oracle = measured if chosen == "measured" else ModelOracle(pages="timeline" if chosen == "model-timeline" else "levels")
+    pages = "timeline" if chosen == "model-timeline" else "levels"
+    oracle = measured if chosen == "measured" else ModelOracle(pages=pages)
     oracle.validation = {"chosen": chosen, "reason": reason, "dataset": measured.dataset.name,
                          "holds": ok, "figures": figures}
     return oracle

@@ -50,28 +50,17 @@ from tailor.oracle import model, tcp, timeline
 from tailor.oracle.measured import MeasuredOracle
 from tailor.oracle.validate import contrast_summary, validate_oracle
 
-VARIANTS = {  # name -> the mechanisms it switches on
-    "v2": (), "burst": ("burst",), "overshoot": ("overshoot",), "burst+overshoot": ("burst", "overshoot"),
-    "burst+level": ("burst", "level"), "alone": ("alone",), "alone+burst": ("alone", "burst"),
-    "burst+share": ("burst", "share"), "rounds": ("rounds",), "rounds+burst+share": ("rounds", "burst", "share"),
-    "timeline": ("timeline",), "timeline+fair": ("timeline", "fair"), "timeline+fair+order": ("timeline", "fair", "order"),
-    "rounds+timeline+fair+order": ("rounds", "timeline", "fair", "order"),
-    "timeline+fair+order+flow": ("timeline", "fair", "order", "flow"),
-    "rounds+timeline+fair+order+flow": ("rounds", "timeline", "fair", "order", "flow"),
-    # ``pipe``: the first flights' room is pipe + buffer (the trials before the buffer-only room was adopted)
-    "timeline+fair+order+shared+pipe": ("timeline", "fair", "order", "shared", "pipe"),
-    "rounds+timeline+fair+order+shared+pipe": ("rounds", "timeline", "fair", "order", "shared", "pipe"),
-    "rounds+timeline+fair+order+flow+shared+pipe": ("rounds", "timeline", "fair", "order", "flow", "shared", "pipe"),
-    "rounds+timeline+fair+order+shared+mux+pipe": ("rounds", "timeline", "fair", "order", "shared", "mux", "pipe"),
-    "rounds+timeline+fair+order+shared+mux+priority+pipe": ("rounds", "timeline", "fair", "order", "shared", "mux",
-                                                            "priority", "pipe"),
-    "rounds+timeline+fair+order+shared+mux+priority+ca+pipe": ("rounds", "timeline", "fair", "order", "shared", "mux",
-                                                               "priority", "ca", "pipe"),
-    "rounds+timeline+fair+order+shared+priority+pipe": ("rounds", "timeline", "fair", "order", "shared", "priority",
-                                                        "pipe"),
-    # the page timeline as shipped (``timeline.DEFAULT``, at its own fitted constant ``timeline.RECOVERY_RTT``)
-    "model-timeline": ("timeline", "shipped", *timeline.DEFAULT),
-}
+# name -> the mechanisms it switches on: the name's "+"-separated parts ("v2": none; "pipe": the first flights' room
+# is pipe + buffer, as in the trials before the buffer-only room was adopted; "model-timeline": the page timeline as
+# shipped, ``timeline.DEFAULT`` at its own fitted constant ``timeline.RECOVERY_RTT``)
+VARIANTS = {name: tuple(name.split("+")) for name in (
+    "burst", "overshoot", "burst+overshoot", "burst+level", "alone", "alone+burst", "burst+share", "rounds",
+    "rounds+burst+share", "timeline", "timeline+fair", "timeline+fair+order", "rounds+timeline+fair+order",
+    "timeline+fair+order+flow", "rounds+timeline+fair+order+flow", "timeline+fair+order+shared+pipe",
+    "rounds+timeline+fair+order+shared+pipe", "rounds+timeline+fair+order+flow+shared+pipe",
+    "rounds+timeline+fair+order+shared+mux+pipe", "rounds+timeline+fair+order+shared+mux+priority+pipe",
+    "rounds+timeline+fair+order+shared+mux+priority+ca+pipe", "rounds+timeline+fair+order+shared+priority+pipe")}
+VARIANTS = {"v2": (), **VARIANTS, "model-timeline": ("timeline", "shipped", *timeline.DEFAULT)}
 CONTRASTS = ("IW 4 vs 10", "IW 32 vs 10", "HTTP/1.1 vs 2")
 TAIL_RTTS = 3.0  # a lost tail with no follower: the last ACK, the probe timeout (2 srtt, srtt ~ rtt) and the probe
 _state = {"on": (), "level_f": None, "first": False, "share": 1.0}

@@ -86,10 +86,34 @@ def load_ms(site, bw, rtt, loss, q, stack, h2, opts=DEFAULT):
     unknown = set(opts) - set(OPTIONS)
     if unknown:
         raise ValueError(f"timeline options must be among {OPTIONS}; got {sorted(unknown)}")
+    opts = tuple(opts)
+    page = _Page(site, h2, opts)
+    path = model._Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)
     shares = None
     for _ in range(1 if h2 else 3):
-        total, shares = _pass(site, bw, rtt, loss, q, stack, h2, tuple(opts), shares)
+        total, shares = _pass(page, path, stack, h2, opts, shares)
     return total
+
+
+class _Page:
+    """What a page's timeline needs that no pass changes: its objects, their parents, sizes in segments, the
+    level and origin byte sums, connections per level, the level-1 stylesheets and scripts, the processing order."""
+
+    def __init__(self, site, h2: bool, opts: tuple):
+        self.objs, self.parents = list(site.objects), parents(site)
+        self.segs = [(o.size_bytes + model.RESPONSE_HEADER_BYTES) / tcp.MSS for o in self.objs]
+        self.level_segs, self.origin_segs, self.origin_n = defaultdict(float), defaultdict(float), defaultdict(int)
+        for o, d in zip(self.objs, self.segs):
+            self.level_segs[o.level] += d
+            self.origin_segs[(o.level, o.origin)] += d
+            self.origin_n[(o.level, o.origin)] += 1
+        self.conns = defaultdict(int)
+        for (level, _), n in self.origin_n.items():
+            self.conns[level] += 1 if h2 else min(H1_MAX, n)
+        level1 = lambda kind: [i for i, o in enumerate(self.objs) if o.level == 1 and o.kind == kind]  # noqa: E731
+        self.css1, self.js1 = level1("css"), level1("js")
+        rank = (lambda j: PRIORITY.get(self.objs[j].kind, 4)) if "priority" in opts else (lambda j: 0)
+        self.order = sorted(range(len(self.objs)), key=lambda j: (self.objs[j].level, rank(j), j))
 
 
 def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False):
@@ -114,38 +138,27 @@ def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False):
     return np.minimum(lost, 1.0) * cost
 
 
-def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
+def _pass(page: _Page, path, stack, h2, opts, shares):
     """One pass of the timeline: (load time, each object's connection byte share for the next pass)."""
-    path = model._Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)
-    shape = np.broadcast_shapes(np.shape(bw), np.shape(stack.iw))
+    shape = np.broadcast_shapes(np.shape(path.rate), np.shape(stack.iw))
     whole, burst = "rounds" in opts, "shared" not in opts  # shared: first-flight losses from the shared buffer only
-    objs, par = list(site.objects), parents(site)
-    segs = [(o.size_bytes + model.RESPONSE_HEADER_BYTES) / tcp.MSS for o in objs]
-    level_segs, origin_segs, origin_n = defaultdict(float), defaultdict(float), defaultdict(int)
-    for o, d in zip(objs, segs):
-        level_segs[o.level] += d
-        origin_segs[(o.level, o.origin)] += d
-        origin_n[(o.level, o.origin)] += 1
-    conns = defaultdict(int)
-    for (level, _), n in origin_n.items():
-        conns[level] += 1 if h2 else min(H1_MAX, n)
+    joins = "flow" in opts or "mux" in opts  # HTTP/2: a request joins the flow its connection is still sending
+    objs, par, segs = page.objs, page.parents, page.segs
+    level_segs, origin_segs, origin_n, conns = page.level_segs, page.origin_segs, page.origin_n, page.conns
     iw = model._first_window(stack)
     hs = tcp.handshake_ms(path.rtt, path.p, stack) * np.ones(shape)
-    css1 = [i for i, o in enumerate(objs) if o.level == 1 and o.kind == "css"]
-    js1 = [i for i, o in enumerate(objs) if o.level == 1 and o.kind == "js"]
     done: list = [None] * len(objs)
     pools: dict[int, list] = defaultdict(list)  # per origin: HTTP/1.1 [free at, delivered, open] per connection
     slot_of, flights = {}, []
-    rank = (lambda j: PRIORITY.get(objs[j].kind, 4)) if "priority" in opts else (lambda j: 0)
-    for i in sorted(range(len(objs)), key=lambda j: (objs[j].level, rank(j), j)):
+    for i in page.order:
         o, d = objs[i], segs[i]
         by, p = par[i]
         if by == "root":
             disc = np.zeros(shape)
         elif by == "css" and "order" in opts:
-            disc = np.maximum.reduce([done[j] for j in css1])
+            disc = np.maximum.reduce([done[j] for j in page.css1])
         elif by == "js" and "order" in opts:
-            disc = np.maximum.reduce([done[j] for j in js1 if j <= p])
+            disc = np.maximum.reduce([done[j] for j in page.js1 if j <= p])
         else:
             disc = done[p]
         share = origin_segs[(o.level, o.origin)] / level_segs[o.level]
@@ -153,7 +166,6 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
             share = share / min(H1_MAX, origin_n[(o.level, o.origin)]) if shares is None else shares[i]
         if "fair" in opts:
             share = np.maximum(share, 1.0 / conns[o.level])
-        sh = model._share(path, stack, share, 1.0 / conns[o.level])
         pool = pools[o.origin]
         if h2:
             if not pool:  # [last response's end, delivered before the flow, the flow's start, its segments, ready at,
@@ -162,7 +174,6 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
             conn = pool[0]
             # a request that arrives while the connection is still sending joins its flow (multiplexed: one
             # flow from the flow's window); a later one starts a new flow from the window grown so far
-            joins = "flow" in opts or "mux" in opts
             join = (disc < conn[0]) if joins else np.zeros(shape, dtype=bool)
             before = np.where(join, conn[1], conn[1] + conn[3])
             start = np.where(join, conn[2], np.maximum(disc, conn[0] if joins else conn[4]))
@@ -177,7 +188,8 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
                 goodput = sh.rate * (1 - sh.p)
                 end = start + tcp.window_limited_ms(flow, w0, goodput, sh.rtt, whole) \
                     + tcp.transfer_ms(d, w_now, sh, stack, w_ss=iw + sent, whole=whole, burst=burst) \
-                    - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr, RECOVERY_RTT)
+                    - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) \
+                    + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr, RECOVERY_RTT)
                 if "ca" in opts:  # a loss-based flow delivers no faster than its CC's average rate under random loss
                     cc = tcp.cc_rate(sh.p, sh.rtt, tcp.rto_ms(sh.rtt, stack.rto_min), stack.reno)
                     steady = np.where(stack.bbr, goodput, np.minimum(goodput, cc))
@@ -194,6 +206,7 @@ def _pass(site, bw, rtt, loss, q, stack, h2, opts, shares):
             done[i] = np.maximum(end, disc + path.rtt) if joins else np.maximum(end, conn[0] + d / sh.rate)
             conn[0], conn[1], conn[2], conn[3] = np.maximum(done[i], conn[0]), before, start, flow
             continue
+        sh = model._share(path, stack, share, 1.0 / conns[o.level])
         free_now = np.zeros(shape, dtype=bool)
         for c in pool:
             free_now |= c[2] & (c[0] <= disc)

@@ -224,6 +224,30 @@ def page_wire(dataset: Path, page: str = "page-light-1") -> dict:
     return out
 
 
+H2_CONDITIONS = ("3g-peak", "4g-peak", "pan-nepal-india", "mm-tmobile-lte-short", "dsl10-peak")
+
+
+def h2_recovery(dataset: Path) -> dict:
+    """HTTP/2, IW 10, rto_min 200, per condition, page and CC: the median PLT, the server's mean SACK recoveries and
+    RTO timeouts per load, and what one more of each costs within the cell (least squares of the load's time on both
+    counters and its retransmitted segments): the loss-based HTTP/2 penalty the model misses (MODEL.md 6a)."""
+    import pandas as pd
+
+    df = pd.read_parquet(dataset / "pages" / "measurements.parquet")
+    df = df[df["ok"] & (df["iw"] == 10) & (df["rto_min_ms"] == 200) & (df["http"].astype(str) == "2")
+            & df["condition"].isin(H2_CONDITIONS)]
+    out: dict = {}
+    for (cond, page, cc), g in df.groupby(["condition", "page", "cc"]):
+        x = np.c_[np.ones(len(g)), g["srv_TCPSackRecovery"], g["srv_TCPTimeouts"], g["srv_RetransSegs"]]
+        coef = np.linalg.lstsq(x, g["completion_ms"].to_numpy(float), rcond=None)[0]
+        out.setdefault(f"{cond} {page}", {})[cc] = {
+            "plt_ms": round(float(g["completion_ms"].median())), "loads": int(len(g)),
+            "sack_recoveries": round(float(g["srv_TCPSackRecovery"].mean()), 1),
+            "timeouts": round(float(g["srv_TCPTimeouts"].mean()), 2),
+            "ms_per_recovery": round(float(coef[1])), "ms_per_timeout": round(float(coef[2]))}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--variants", default=",".join(VARIANTS))
@@ -257,6 +281,7 @@ def main() -> None:
         data = json.loads(path.read_text()) if path.exists() else {}
         data.setdefault("variants", {}).update(results)
         data["page_wire_evidence"] = page_wire(tb3)
+        data["h2_recovery_evidence"] = h2_recovery(tb3)
         data["meta"] = meta
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1))

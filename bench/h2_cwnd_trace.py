@@ -54,15 +54,19 @@ class Tracer:
             subprocess.run(["mount", "-t", "tracefs", "nodev", str(self.mounted)], check=True)
             root = self.mounted
         self.dir = root / "instances" / name
-        if self.dir.exists():
-            self.dir.rmdir()
-        self.dir.mkdir()
-        (self.dir / "trace_clock").write_text("mono")
-        (self.dir / "buffer_size_kb").write_text("65536")
-        ports = f"sport == {H2_PORT} || sport == {H1_PORT}"
-        for ev in EVENTS:
-            (self.dir / "events" / ev / "filter").write_text(ports)
-            (self.dir / "events" / ev / "enable").write_text("1")
+        try:
+            if self.dir.exists():
+                self.dir.rmdir()
+            self.dir.mkdir()
+            (self.dir / "trace_clock").write_text("mono")
+            (self.dir / "buffer_size_kb").write_text("65536")
+            ports = f"sport == {H2_PORT} || sport == {H1_PORT}"
+            for ev in EVENTS:
+                (self.dir / "events" / ev / "filter").write_text(ports)
+                (self.dir / "events" / ev / "enable").write_text("1")
+        except OSError:
+            self.close()
+            raise
 
     def on(self, yes: bool) -> None:
         (self.dir / "tracing_on").write_text("1" if yes else "0")
@@ -74,10 +78,11 @@ class Tracer:
         (self.dir / "trace").write_text("")
 
     def close(self) -> None:
-        self.on(False)
-        for ev in EVENTS:
-            (self.dir / "events" / ev / "enable").write_text("0")
-        self.dir.rmdir()
+        if self.dir.exists():
+            self.on(False)
+            for ev in EVENTS:
+                (self.dir / "events" / ev / "enable").write_text("0")
+            self.dir.rmdir()
         if self.mounted is not None:
             subprocess.run(["umount", str(self.mounted)], check=True)
             self.mounted.rmdir()

@@ -226,7 +226,7 @@ def main() -> None:
                 "load1": os.getloadavg()[0]}
         path = Path(args.json)
         data = json.loads(path.read_text()) if path.exists() else {}
-        data[f"{args.condition} {args.page} IW {args.iw}"] = {"meta": meta, "loads": results}
+        data[f"{args.condition} {args.page} IW {args.iw} HTTP/{args.http}"] = {"meta": meta, "loads": results}
         path.write_text(json.dumps(data, indent=1) + "\n")
 
 

@@ -161,6 +161,13 @@ def summary(conn: dict, bdp: float) -> dict | None:
             "ms_in": {k: round(1000 * v, 1) for k, v in time_in.items()}}
 
 
+def _keep_one_series(conns: list[dict]) -> list[dict]:
+    """The window's time series only for a load's largest connection (the file stays small)."""
+    for c in conns[1:]:
+        c.pop("series_ms_cwnd_ssthresh_inflight", None)
+    return conns
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--condition", default="3g-peak", choices=sorted(CATALOG))
@@ -201,7 +208,7 @@ def main() -> None:
                     results.setdefault(key, []).append({
                         "plt_ms": r["completion_ms"], "server": {k: r.get(f"srv_{k}") for k in
                                                                  ("RetransSegs", "TCPSackRecovery", "TCPTimeouts")},
-                        "connections": sorted(own, key=lambda s: -s["bytes"])})
+                        "connections": _keep_one_series(sorted(own, key=lambda s: -s["bytes"]))})
                 print(f"{job.name}: {len(loads)} loads, {n_conns} server connections, emulator down p99 "
                       f"lateness {stats.get('emu_down_lateness_p99_us')} us, queue drops "
                       f"{stats.get('emu_down_queue_drops')}, random drops {stats.get('emu_down_random_drops')}",
@@ -227,7 +234,7 @@ def main() -> None:
         path = Path(args.json)
         data = json.loads(path.read_text()) if path.exists() else {}
         data[f"{args.condition} {args.page} IW {args.iw} HTTP/{args.http}"] = {"meta": meta, "loads": results}
-        path.write_text(json.dumps(data, indent=1) + "\n")
+        path.write_text(json.dumps(data, separators=(",", ":")) + "\n")
 
 
 if __name__ == "__main__":

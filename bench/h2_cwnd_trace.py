@@ -139,20 +139,18 @@ def summary(conn: dict, bdp: float) -> dict | None:
     inflight = ((nxt - una) % 2**32) > 0
     dt = np.diff(t, append=t[-1])
     states = conn["state"]
-    ends = []  # the window when each recovery or loss episode ended (back to Open)
-    for (_ts, s), nxt_s in zip(states, states[1:] + [(None, None)]):
+    ends, time_in = [], defaultdict(float)  # the window when each recovery or loss episode ended; time per state
+    for (ts, s), nxt_s in zip(states, states[1:] + [(None, None)]):
+        time_in[STATES.get(s, str(s))] += max((t[-1] if nxt_s[0] is None else nxt_s[0]) - ts, 0.0)
         if s in (3, 4) and nxt_s[0] is not None:
-            k = min(np.searchsorted(t, nxt_s[0]), len(cwnd) - 1)
-            ends.append(int(cwnd[k]))
+            ends.append(int(cwnd[min(np.searchsorted(t, nxt_s[0]), len(cwnd) - 1)]))
     first = next((ts for ts, st in states if st in (3, 4)), None)  # the window when the first episode began
     at_first = int(cwnd[max(np.searchsorted(t, first) - 1, 0)]) if first is not None else None
-    time_in = defaultdict(float)
-    for (ts, s), (te, _) in zip(states, states[1:] + [(t[-1], None)]):
-        time_in[STATES.get(s, str(s))] += max(te - ts, 0.0)
     step = max(1, len(t) // 60)
     series = [[round(1000 * (t[i] - t[0])), int(cwnd[i]), int(p[i][2]) if p[i][2] < 1e6 else -1,
                int((nxt[i] - una[i]) % 2**32) // MSS] for i in range(0, len(t), step)]
-    return {"series_ms_cwnd_ssthresh_inflight": series, "bytes": acked, "start": float(t[0]), "duration_ms": round(1000 * (t[-1] - t[0]), 1),
+    return {"series_ms_cwnd_ssthresh_inflight": series, "bytes": acked, "start": float(t[0]),
+            "duration_ms": round(1000 * (t[-1] - t[0]), 1),
             "busy_ms": round(1000 * float(dt[inflight].sum()), 1),
             "below_bdp_busy_ms": round(1000 * float(dt[inflight & (cwnd < bdp)].sum()), 1),
             "cwnd_max": int(cwnd.max()), "srtt_max_ms": round(max(x[3] for x in p) / 8000, 1),

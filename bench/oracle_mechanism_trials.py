@@ -208,14 +208,19 @@ def figures(oracles: dict) -> dict:
 WIRE_CONDITIONS = ("dsl10-peak", "wpt-cable", "leo-starlink")  # shallow (34 and 16 packets) and a lossless 1-BDP link
 
 
-def page_wire(dataset: Path, page: str = "page-light-1") -> dict:
-    """Per condition, HTTP version and IW (CUBIC, rto_min 200): the median PLT and the server's median retransmitted
-    segments and RTO timeouts per load, from the campaign's own counters."""
+def _page_loads(dataset: Path):
+    """The campaign's valid page loads at rto_min 200 ms, with the server's counters."""
     import pandas as pd
 
     df = pd.read_parquet(dataset / "pages" / "measurements.parquet")
-    df = df[df["ok"] & (df["cc"] == "cubic") & (df["rto_min_ms"] == 200) & (df["page"] == page)
-            & df["condition"].isin(WIRE_CONDITIONS)]
+    return df[df["ok"] & (df["rto_min_ms"] == 200)]
+
+
+def page_wire(dataset: Path, page: str = "page-light-1") -> dict:
+    """Per condition, HTTP version and IW (CUBIC, rto_min 200): the median PLT and the server's median retransmitted
+    segments and RTO timeouts per load, from the campaign's own counters."""
+    df = _page_loads(dataset)
+    df = df[(df["cc"] == "cubic") & (df["page"] == page) & df["condition"].isin(WIRE_CONDITIONS)]
     out: dict = {}
     for (cond, http, iw), g in df.groupby(["condition", "http", "iw"]):
         out.setdefault(f"{cond} {page} HTTP/{http}", {})[f"IW {iw}"] = {
@@ -231,11 +236,8 @@ def h2_recovery(dataset: Path) -> dict:
     """HTTP/2, IW 10, rto_min 200, per condition, page and CC: the median PLT, the server's mean SACK recoveries and
     RTO timeouts per load, and what one more of each costs within the cell (least squares of the load's time on both
     counters and its retransmitted segments): the loss-based HTTP/2 penalty the model misses (MODEL.md 6a)."""
-    import pandas as pd
-
-    df = pd.read_parquet(dataset / "pages" / "measurements.parquet")
-    df = df[df["ok"] & (df["iw"] == 10) & (df["rto_min_ms"] == 200) & (df["http"].astype(str) == "2")
-            & df["condition"].isin(H2_CONDITIONS)]
+    df = _page_loads(dataset)
+    df = df[(df["iw"] == 10) & (df["http"].astype(str) == "2") & df["condition"].isin(H2_CONDITIONS)]
     out: dict = {}
     for (cond, page, cc), g in df.groupby(["condition", "page", "cc"]):
         x = np.c_[np.ones(len(g)), g["srv_TCPSackRecovery"], g["srv_TCPTimeouts"], g["srv_RetransSegs"]]

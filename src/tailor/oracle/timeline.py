@@ -143,6 +143,8 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
     shape = np.broadcast_shapes(np.shape(path.rate), np.shape(stack.iw))
     whole, burst = "rounds" in opts, "shared" not in opts  # shared: first-flight losses from the shared buffer only
     joins = "flow" in opts or "mux" in opts  # HTTP/2: a request joins the flow its connection is still sending
+    # ``ca``: a loss-based flow's average rate under random loss (the path's RTT and loss: the same for every object)
+    cc = tcp.cc_rate(path.p, path.rtt, tcp.rto_ms(path.rtt, stack.rto_min), stack.reno) if "ca" in opts else None
     objs, par, segs = page.objs, page.parents, page.segs
     level_segs, origin_segs, origin_n, conns = page.level_segs, page.origin_segs, page.origin_n, page.conns
     iw = model._first_window(stack)
@@ -190,8 +192,7 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
                     + tcp.transfer_ms(d, w_now, sh, stack, w_ss=iw + sent, whole=whole, burst=burst) \
                     - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) \
                     + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr, RECOVERY_RTT)
-                if "ca" in opts:  # a loss-based flow delivers no faster than its CC's average rate under random loss
-                    cc = tcp.cc_rate(sh.p, sh.rtt, tcp.rto_ms(sh.rtt, stack.rto_min), stack.reno)
+                if cc is not None:  # a loss-based flow delivers no faster than its CC's average rate under random loss
                     steady = np.where(stack.bbr, goodput, np.minimum(goodput, cc))
                     end = np.maximum(end, start + sh.rtt + flow / steady)
             else:

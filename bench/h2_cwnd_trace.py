@@ -153,7 +153,7 @@ def summary(conn: dict, bdp: float) -> dict | None:
             "duration_ms": round(1000 * (t[-1] - t[0]), 1),
             "busy_ms": round(1000 * float(dt[inflight].sum()), 1),
             "below_bdp_busy_ms": round(1000 * float(dt[inflight & (cwnd < bdp)].sum()), 1),
-            "cwnd_max": int(cwnd.max()), "srtt_max_ms": round(max(x[3] for x in p) / 8000, 1),
+            "cwnd_max": int(cwnd.max()), "srtt_max_ms": round(max(x[3] for x in p) / 1000, 1),  # tcp_probe: srtt_us >> 3 = microseconds
             "recoveries": sum(1 for _, s in states if s == 3), "timeouts": sum(1 for _, s in states if s == 4),
             "retransmits": len(conn["retrans"]), "cwnd_at_first_episode": at_first, "cwnd_after_episodes": ends,
             "ms_in": {k: round(1000 * v, 1) for k, v in time_in.items()}}

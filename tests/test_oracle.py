@@ -185,3 +185,29 @@ def test_catalog_is_deterministic_and_almanac_like():
     origins = sorted(w.n_origins for w in pages)
     assert 8 <= origins[len(origins) // 2] <= 16  # median ~13 connections per page (FACTS.md 3.2)
     assert synthesize_page("x", 40, seed=1) == synthesize_page("x", 40, seed=1)
+
+
+def test_a_cross_origin_font_gets_a_connection_of_its_own():
+    """Chromium fetches a font in CORS mode; from another origin than the page's that request carries no
+    credentials, and uncredentialed requests go over a socket pool of their own (MODEL.md section 3): the font pays
+    a handshake and a first flight on a new connection even where its origin's connection is open. A font from the
+    page's own origin reuses the page's connection."""
+    from collections import defaultdict
+
+    from tailor.oracle import model
+
+    site = make_page("fonts", [(15_000, 0, 0, "html"), (20_000, 0, 1, "css"), (30_000, 1, 1, "js"),
+                               (20_000, 1, 2, "font"), (20_000, 0, 2, "font")])
+    for h2 in (True, False):
+        delivered: dict = defaultdict(list)
+        model._plan_level(site, 0, delivered, h2)
+        model._plan_level(site, 1, delivered, h2)
+        level2 = model._plan_level(site, 2, delivered, h2)
+        assert sorted(cold for _, _, cold in level2) == [False, True], (h2, level2)
+        assert len(delivered[(1, True)]) == 1 and len(delivered[(1, False)]) == 1  # origin 1: two pools
+    same = make_page("same", [(15_000, 0, 0, "html"), (20_000, 0, 1, "css"), (30_000, 1, 1, "js"),
+                              (20_000, 0, 2, "font"), (20_000, 0, 2, "font")])
+    delivered = defaultdict(list)
+    for level in (0, 1):
+        model._plan_level(same, level, delivered, True)
+    assert [cold for _, _, cold in model._plan_level(same, 2, delivered, True)] == [False]

@@ -27,7 +27,7 @@ from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
 from tailor.oracle.websites import default_catalog, search_catalog
 from tailor.space import ConfigSpace
 
-VERSION = "model-tcp-v2"
+VERSION = "model-tcp-v3"
 PAGE_MODELS = ("levels", "timeline")  # ModelOracle(pages=...): v2's discovery levels or the page timeline
 H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
 CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later
@@ -171,7 +171,7 @@ def _window_cap(sndbuf: np.ndarray, clamp: np.ndarray) -> np.ndarray:
 def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> np.ndarray:
     """Completion time of a whole workload for one HTTP version: levels in sequence, plus client time."""
     path = _Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)  # bottleneck in segments per ms
-    delivered: dict[int, list[float]] = defaultdict(list)  # per origin: segments delivered per open conn
+    delivered: dict[tuple, list[float]] = defaultdict(list)  # per (origin, anonymous): segments per open conn
     total = np.zeros(np.broadcast_shapes(bw.shape, stack.iw.shape))
     for level in sorted({o.level for o in site.objects}):
         plan = _plan_level(site, level, delivered, h2)
@@ -191,17 +191,21 @@ class _Path:
         self.q = self.buffer / np.maximum(self.bdp, 1e-9)
 
 
-def _plan_level(site: Website, level: int, delivered: dict[int, list[float]], h2: bool) -> list[tuple]:
+def _plan_level(site: Website, level: int, delivered: dict[tuple, list[float]], h2: bool) -> list[tuple]:
     """Connections used in a level: (segments per response, delivered before, cold?) per connection.
 
     HTTP/2: one connection per origin carrying the level's responses as one flow. HTTP/1.1: up to 6
     connections per origin, responses spread largest-first over the least-loaded connection; already
-    open connections (from earlier levels) take the heaviest queues, new ones pay a handshake.
+    open connections (from earlier levels) take the heaviest queues, new ones pay a handshake. A font from another
+    origin than the page's is fetched in CORS mode without credentials, which Chromium sends over connections of
+    their own (a separate socket pool, "privacy mode"), never the origin's credentialed ones (MODEL.md section 3).
     """
-    by_origin: dict[int, list[float]] = defaultdict(list)
+    by_origin: dict[tuple, list[float]] = defaultdict(list)
+    home = site.objects[0].origin if site.objects else None
     for o in site.objects:
         if o.level == level:
-            by_origin[o.origin].append((o.size_bytes + RESPONSE_HEADER_BYTES) / tcp.MSS)
+            anon = site.kind == "page" and o.kind == "font" and o.origin != home
+            by_origin[(o.origin, anon)].append((o.size_bytes + RESPONSE_HEADER_BYTES) / tcp.MSS)
     plan = []
     for origin, segs in sorted(by_origin.items()):
         queues = [[sum(segs)]] if h2 else _spread(segs, min(H1_CONNECTIONS_PER_ORIGIN, len(segs)))
@@ -245,7 +249,7 @@ def mean_rtt_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> 
     """Mean RTT sample over every segment of the workload, each response's from ``tcp.mean_rtt_ms`` on the
     connection, share and window that ``load_ms`` gives it."""
     path = _Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)
-    delivered: dict[int, list[float]] = defaultdict(list)
+    delivered: dict[tuple, list[float]] = defaultdict(list)
     area, segments = 0.0, 0.0
     for level in sorted({o.level for o in site.objects}):
         plan = _plan_level(site, level, delivered, h2)

@@ -1,6 +1,6 @@
 """The page timeline (``ModelOracle(pages="timeline")``, ``--oracle model-timeline``; MODEL.md section 3a).
 
-v2's page model (``tailor.oracle.model.load_ms``) times a page as discovery levels that start together and end with
+The levels' page model (``tailor.oracle.model.load_ms``) times a page as discovery levels that start together and end with
 their slowest connection. The timeline times each object:
 
 * **Discovery per parent.** The HTML at 0; an object it references when the HTML is complete; a level-2 object when
@@ -10,7 +10,9 @@ their slowest connection. The timeline times each object:
   for every level-1 script up to it (scripts run in document order).
 * **Connections.** HTTP/1.1: Chromium's pool, up to six per origin; a request takes the connection that is free
   first (late binding), and a new connection opens when none is free at discovery. HTTP/2: one connection per
-  origin, opened at its first request. ``mux``: a request that arrives while the connection still sends joins that
+  origin, opened at its first request. ``anon``: a font from another origin than the page's goes over a connection
+  of its own (fonts are fetched in CORS mode, without credentials across origins, and Chromium keeps uncredentialed
+  requests in a separate socket pool), with its own handshake and first flight; v3's levels do the same. ``mux``: a request that arrives while the connection still sends joins that
   flow; the flow grows its window round by round (its responses complete in the order they joined, by Chromium's
   priorities with ``priority``: stylesheets and fonts, scripts, then images), and each response pays its own loss
   terms at the window it finds. Without ``mux`` each response is timed from the window grown by those before it;
@@ -23,7 +25,9 @@ their slowest connection. The timeline times each object:
   the buffer and the packet in service cannot hold (the pipe is empty when flights leave together) is dropped, each
   flight losing its share. A lost tail that later
   segments reveal costs one RTT (SACK); a response wholly inside its flight waits for a tail-loss probe (2 srtt with
-  the full buffer in srtt, then the probe's round trip). The per-connection burst term of v2 is off.
+  the full buffer in srtt, then the probe's round trip). ``tailrto``: a tail of several lost segments waits for the
+  RTO as well (the probe repairs one; srtt + max(RTO min, srtt)), then a slow start from one segment, log2(1 + lost)
+  rounds, as the testbed's window traces show (MODEL.md 3a). The per-connection burst term of v2 is off.
   ``pipe`` (trials): the pipe absorbs first flights too.
 * **Whole rounds** (``rounds``): slow start in whole rounds of whole segments (``tcp.window_limited_ms``).
 * **Head-of-line blocking under loss** (``ca``, with ``mux``): a loss-based HTTP/2 flow delivers no faster than its
@@ -31,7 +35,7 @@ their slowest connection. The timeline times each object:
 
 Responses are otherwise timed by v2's ``tcp.transfer_ms`` and ``tcp.overshoot_ms`` (random loss, CC response,
 BBR pacing), vectorised over (conditions, configurations). The default is every mechanism above but ``flow``;
-``bench/oracle_mechanism_trials.py`` runs the subsets. Objects (single responses) keep v2's model.
+``bench/oracle_mechanism_trials.py`` runs the subsets. Objects (single responses) keep the levels' model.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ import numpy as np
 from tailor.oracle import model, tcp
 
 _V2_LOAD = model.load_ms  # v2's, also when a trial harness has put the timeline in its place
-OPTIONS = ("fair", "order", "shared", "mux", "priority", "rounds", "flow", "ca", "pipe")
-DEFAULT = ("fair", "order", "shared", "mux", "priority", "rounds", "ca")
+OPTIONS = ("fair", "order", "shared", "mux", "priority", "rounds", "flow", "ca", "pipe", "tailrto", "anon")
+DEFAULT = ("fair", "order", "shared", "mux", "priority", "rounds", "ca", "anon", "tailrto")
 # ``priority``: Chromium's request priorities (stylesheets and fonts highest, then scripts, images lowest), the order
 # in which a level's requests are issued and an HTTP/2 flow delivers them
 PRIORITY = {"html": 0, "css": 1, "font": 1, "js": 2, "other": 3, "img": 4}
@@ -102,11 +106,15 @@ class _Page:
     def __init__(self, site, h2: bool, opts: tuple):
         self.objs, self.parents = list(site.objects), parents(site)
         self.segs = [(o.size_bytes + model.RESPONSE_HEADER_BYTES) / tcp.MSS for o in self.objs]
+        # ``anon``: a font from another origin than the page's is fetched in CORS mode without credentials, which
+        # Chromium sends over a connection of its own (a separate socket pool), not the origin's credentialed one
+        home = self.objs[0].origin if self.objs else None
+        self.pool = [(o.origin, "anon" in opts and o.kind == "font" and o.origin != home) for o in self.objs]
         self.level_segs, self.origin_segs, self.origin_n = defaultdict(float), defaultdict(float), defaultdict(int)
-        for o, d in zip(self.objs, self.segs):
+        for o, d, key in zip(self.objs, self.segs, self.pool):
             self.level_segs[o.level] += d
-            self.origin_segs[(o.level, o.origin)] += d
-            self.origin_n[(o.level, o.origin)] += 1
+            self.origin_segs[(o.level, key)] += d
+            self.origin_n[(o.level, key)] += 1
         self.conns = defaultdict(int)
         for (level, _), n in self.origin_n.items():
             self.conns[level] += 1 if h2 else min(H1_MAX, n)
@@ -116,7 +124,7 @@ class _Page:
         self.order = sorted(range(len(self.objs)), key=lambda j: (self.objs[j].level, rank(j), j))
 
 
-def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False):
+def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False, tailrto=False):
     """``shared``: the first flight of a response (min(w0, d) segments, sent at once by a loss-based sender, paced
     over rtt / 2.89 by BBR) shares the bottleneck's buffer with every first flight sent less than one RTT before it;
     what the buffer, the packet in service and what BBR's pacing lets the bottleneck drain cannot hold is dropped,
@@ -125,7 +133,8 @@ def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False):
     flight waits for a tail-loss probe, 2 srtt with the full buffer in srtt, plus the probe's round trip. Returns
     the cost and records the flight. ``burst``: the segments this response adds to a flight already counted (an
     HTTP/2 response joining its connection's flow), by default its own first flight. ``pipe``: the pipe absorbs
-    too (the trials before the buffer-only room, MODEL.md 6a)."""
+    too (the trials before the buffer-only room, MODEL.md 6a). ``tailrto``: beyond one lost segment of a tail the
+    probe does not repair, the RTO and a slow start from one segment (module docstring)."""
     burst = np.minimum(w0, d) if burst is None else burst
     drain = np.where(stack.bbr, path.bdp / tcp.BBR_STARTUP_GAIN, 0.0)
     near = sum((np.abs(start - s) < path.rtt) * b for s, b in flights) if flights else 0.0
@@ -133,9 +142,14 @@ def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False):
     room = path.buffer + 1.0 + drain + (path.bdp if pipe else 0.0)
     lost = burst * np.maximum(total - room, 0.0) / np.maximum(total, 1e-9)
     srtt = path.rtt + path.buffer / path.rate
-    cost = np.where(d > burst + 1.0, path.rtt, path.rtt + 2 * srtt)
+    tlp = path.rtt + 2 * srtt
+    cost = np.where(d > burst + 1.0, path.rtt, tlp)
     flights.append((start, burst))
-    return np.minimum(lost, 1.0) * cost
+    out = np.minimum(lost, 1.0) * cost
+    if tailrto:  # a tail of several lost segments: the probe repairs one, the RTO the rest, then slow start from 1
+        rto = tcp.rto_ms(srtt, stack.rto_min) + np.log2(1.0 + lost) * path.rtt
+        out = out + np.where(d > burst + 1.0, 0.0, np.clip(lost - 1.0, 0.0, 1.0) * np.maximum(rto - tlp, 0.0))
+    return out
 
 
 def _pass(page: _Page, path, stack, h2, opts, shares):
@@ -150,7 +164,7 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
     iw = model._first_window(stack)
     hs = tcp.handshake_ms(path.rtt, path.p, stack) * np.ones(shape)
     done: list = [None] * len(objs)
-    pools: dict[int, list] = defaultdict(list)  # per origin: HTTP/1.1 [free at, delivered, open] per connection
+    pools: dict[tuple, list] = defaultdict(list)  # per (origin, anonymous): HTTP/1.1 [free at, delivered, open]
     slot_of, flights = {}, []
     for i in page.order:
         o, d = objs[i], segs[i]
@@ -163,12 +177,13 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
             disc = np.maximum.reduce([done[j] for j in page.js1 if j <= p])
         else:
             disc = done[p]
-        share = origin_segs[(o.level, o.origin)] / level_segs[o.level]
+        key = page.pool[i]
+        share = origin_segs[(o.level, key)] / level_segs[o.level]
         if not h2:
-            share = share / min(H1_MAX, origin_n[(o.level, o.origin)]) if shares is None else shares[i]
+            share = share / min(H1_MAX, origin_n[(o.level, key)]) if shares is None else shares[i]
         if "fair" in opts:
             share = np.maximum(share, 1.0 / conns[o.level])
-        pool = pools[o.origin]
+        pool = pools[key]
         if h2:
             if not pool:  # [last response's end, delivered before the flow, the flow's start, its segments, ready at,
                 z = np.zeros(shape)  # the flow's byte share]
@@ -201,9 +216,10 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
             if "shared" in opts and joins:  # what this response adds to the flow's first flight
                 added = np.minimum(w0, flow) - np.minimum(w0, flow - d)
                 end = end + _shared_loss_ms(start, flow, w0, flights, path, stack, burst=added,
-                                             pipe="pipe" in opts)
+                                             pipe="pipe" in opts, tailrto="tailrto" in opts)
             elif "shared" in opts:
-                end = end + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts)
+                end = end + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts,
+                                            tailrto="tailrto" in opts)
             done[i] = np.maximum(end, disc + path.rtt) if joins else np.maximum(end, conn[0] + d / sh.rate)
             conn[0], conn[1], conn[2], conn[3] = np.maximum(done[i], conn[0]), before, start, flow
             continue
@@ -225,10 +241,11 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
         done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered, whole=whole, burst=burst) \
             + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr, RECOVERY_RTT)
         if "shared" in opts:
-            done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts)
+            done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts,
+                                                tailrto="tailrto" in opts)
         for k, c in enumerate(pool):
             c[0], c[1] = np.where(pick == k, done[i], c[0]), np.where(pick == k, c[1] + d, c[1])
-        slot_of[i] = (o.origin, pick)
+        slot_of[i] = (key, pick)
     total = np.maximum.reduce(done) + model.CLIENT_BASE_MS + model.CLIENT_PER_OBJECT_MS * len(objs)
     if h2:
         return total, None

@@ -201,11 +201,9 @@ def _plan_level(site: Website, level: int, delivered: dict[tuple, list[float]], 
     their own (a separate socket pool, "privacy mode"), never the origin's credentialed ones (MODEL.md section 3).
     """
     by_origin: dict[tuple, list[float]] = defaultdict(list)
-    home = site.objects[0].origin if site.objects else None
     for o in site.objects:
         if o.level == level:
-            anon = site.kind == "page" and o.kind == "font" and o.origin != home
-            by_origin[(o.origin, anon)].append((o.size_bytes + RESPONSE_HEADER_BYTES) / tcp.MSS)
+            by_origin[(o.origin, anonymous(site, o))].append((o.size_bytes + RESPONSE_HEADER_BYTES) / tcp.MSS)
     plan = []
     for origin, segs in sorted(by_origin.items()):
         queues = [[sum(segs)]] if h2 else _spread(segs, min(H1_CONNECTIONS_PER_ORIGIN, len(segs)))
@@ -219,6 +217,12 @@ def _plan_level(site: Website, level: int, delivered: dict[tuple, list[float]], 
             else:
                 opened[i] += sum(queue)
     return plan
+
+
+def anonymous(site: Website, obj) -> bool:
+    """Whether Chromium fetches ``obj`` of ``site`` without credentials, over connections of their own: a font (CORS
+    mode) from another origin than the page's (MODEL.md section 3)."""
+    return site.kind == "page" and obj.kind == "font" and obj.origin != site.objects[0].origin
 
 
 def _spread(segs: list[float], n: int) -> list[list[float]]:

@@ -106,10 +106,8 @@ class _Page:
     def __init__(self, site, h2: bool, opts: tuple):
         self.objs, self.parents = list(site.objects), parents(site)
         self.segs = [(o.size_bytes + model.RESPONSE_HEADER_BYTES) / tcp.MSS for o in self.objs]
-        # ``anon``: a font from another origin than the page's is fetched in CORS mode without credentials, which
-        # Chromium sends over a connection of its own (a separate socket pool), not the origin's credentialed one
-        home = self.objs[0].origin if self.objs else None
-        self.pool = [(o.origin, "anon" in opts and o.kind == "font" and o.origin != home) for o in self.objs]
+        # ``anon``: a cross-origin font goes over a connection of its own, not its origin's credentialed one
+        self.pool = [(o.origin, "anon" in opts and model.anonymous(site, o)) for o in self.objs]
         self.level_segs, self.origin_segs, self.origin_n = defaultdict(float), defaultdict(float), defaultdict(int)
         for o, d, key in zip(self.objs, self.segs, self.pool):
             self.level_segs[o.level] += d

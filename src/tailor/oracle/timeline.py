@@ -1,7 +1,7 @@
 """The page timeline (``ModelOracle(pages="timeline")``, ``--oracle model-timeline``; MODEL.md section 3a).
 
-The levels' page model (``tailor.oracle.model.load_ms``) times a page as discovery levels that start together and end with
-their slowest connection. The timeline times each object:
+The levels' page model (``tailor.oracle.model.load_ms``) times a page as discovery levels that start together and
+end with their slowest connection. The timeline times each object:
 
 * **Discovery per parent.** The HTML at 0; an object it references when the HTML is complete; a level-2 object when
   its parent is, the parent chosen by the rule the testbed builds its pages with (``tailor.testbed.pages.build_page``:
@@ -12,11 +12,12 @@ their slowest connection. The timeline times each object:
   first (late binding), and a new connection opens when none is free at discovery. HTTP/2: one connection per
   origin, opened at its first request. ``anon``: a font from another origin than the page's goes over a connection
   of its own (fonts are fetched in CORS mode, without credentials across origins, and Chromium keeps uncredentialed
-  requests in a separate socket pool), with its own handshake and first flight; v3's levels do the same. ``mux``: a request that arrives while the connection still sends joins that
-  flow; the flow grows its window round by round (its responses complete in the order they joined, by Chromium's
-  priorities with ``priority``: stylesheets and fonts, scripts, then images), and each response pays its own loss
-  terms at the window it finds. Without ``mux`` each response is timed from the window grown by those before it;
-  ``flow`` times a joined flow whole, loss terms included (trials; MODEL.md 6a).
+  requests in a separate socket pool), with its own handshake and first flight; v3's levels do the same. ``mux``:
+  a request that arrives while the connection still sends joins that flow; the flow grows its window round by
+  round (its responses complete in the order they joined, by Chromium's priorities with ``priority``: stylesheets
+  and fonts, scripts, then images), and each response pays its own loss terms at the window it finds. Without
+  ``mux`` each response is timed from the window grown by those before it; ``flow`` times a joined flow whole, loss
+  terms included (trials; MODEL.md 6a).
 * **Rate.** The byte share of the level for the origin (HTTP/2) or for the connection's bytes in the level
   (HTTP/1.1, from the previous of three passes); ``fair``: at least an equal share among the level's connections, so
   a small response on its own connection is not slowed to its byte share.
@@ -27,7 +28,7 @@ their slowest connection. The timeline times each object:
   segments reveal costs one RTT (SACK); a response wholly inside its flight waits for a tail-loss probe (2 srtt with
   the full buffer in srtt, then the probe's round trip). ``tailrto``: a tail of several lost segments waits for the
   RTO as well (the probe repairs one; srtt + max(RTO min, srtt)), then a slow start from one segment, log2(1 + lost)
-  rounds, as the testbed's window traces show (MODEL.md 3a). The per-connection burst term of v2 is off.
+  rounds, as the testbed's window traces show (MODEL.md 6a). The per-connection burst term of v2 is off.
   ``pipe`` (trials): the pipe absorbs first flights too.
 * **Whole rounds** (``rounds``): slow start in whole rounds of whole segments (``tcp.window_limited_ms``).
 * **Head-of-line blocking under loss** (``ca``, with ``mux``): a loss-based HTTP/2 flow delivers no faster than its

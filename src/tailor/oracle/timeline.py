@@ -123,7 +123,7 @@ class _Page:
         self.order = sorted(range(len(self.objs)), key=lambda j: (self.objs[j].level, rank(j), j))
 
 
-def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False, tailrto=False):
+def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, *, pipe=False, tailrto=False):
     """``shared``: the first flight of a response (min(w0, d) segments, sent at once by a loss-based sender, paced
     over rtt / 2.89 by BBR) shares the bottleneck's buffer with every first flight sent less than one RTT before it;
     what the buffer, the packet in service and what BBR's pacing lets the bottleneck drain cannot hold is dropped,
@@ -141,13 +141,12 @@ def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, pipe=False, 
     room = path.buffer + 1.0 + drain + (path.bdp if pipe else 0.0)
     lost = burst * np.maximum(total - room, 0.0) / np.maximum(total, 1e-9)
     srtt = path.rtt + path.buffer / path.rate
-    tlp = path.rtt + 2 * srtt
-    cost = np.where(d > burst + 1.0, path.rtt, tlp)
+    tail, tlp = d <= burst + 1.0, path.rtt + 2 * srtt  # a response wholly inside its flight: no later segment
     flights.append((start, burst))
-    out = np.minimum(lost, 1.0) * cost
+    out = np.minimum(lost, 1.0) * np.where(tail, tlp, path.rtt)
     if tailrto:  # a tail of several lost segments: the probe repairs one, the RTO the rest, then slow start from 1
         rto = tcp.rto_ms(srtt, stack.rto_min) + np.log2(1.0 + lost) * path.rtt
-        out = out + np.where(d > burst + 1.0, 0.0, np.clip(lost - 1.0, 0.0, 1.0) * np.maximum(rto - tlp, 0.0))
+        out = out + np.where(tail, np.clip(lost - 1.0, 0.0, 1.0) * np.maximum(rto - tlp, 0.0), 0.0)
     return out
 
 
@@ -155,6 +154,7 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
     """One pass of the timeline: (load time, each object's connection byte share for the next pass)."""
     shape = np.broadcast_shapes(np.shape(path.rate), np.shape(stack.iw))
     whole, burst = "rounds" in opts, "shared" not in opts  # shared: first-flight losses from the shared buffer only
+    loss_opts = {"pipe": "pipe" in opts, "tailrto": "tailrto" in opts}  # the shared first flights' loss terms
     joins = "flow" in opts or "mux" in opts  # HTTP/2: a request joins the flow its connection is still sending
     # ``ca``: a loss-based flow's average rate under random loss (the path's RTT and loss: the same for every object)
     cc = tcp.cc_rate(path.p, path.rtt, tcp.rto_ms(path.rtt, stack.rto_min), stack.reno) if "ca" in opts else None
@@ -214,11 +214,9 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
                     + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr, RECOVERY_RTT)
             if "shared" in opts and joins:  # what this response adds to the flow's first flight
                 added = np.minimum(w0, flow) - np.minimum(w0, flow - d)
-                end = end + _shared_loss_ms(start, flow, w0, flights, path, stack, burst=added,
-                                             pipe="pipe" in opts, tailrto="tailrto" in opts)
+                end = end + _shared_loss_ms(start, flow, w0, flights, path, stack, burst=added, **loss_opts)
             elif "shared" in opts:
-                end = end + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts,
-                                            tailrto="tailrto" in opts)
+                end = end + _shared_loss_ms(start, d, w0, flights, path, stack, **loss_opts)
             done[i] = np.maximum(end, disc + path.rtt) if joins else np.maximum(end, conn[0] + d / sh.rate)
             conn[0], conn[1], conn[2], conn[3] = np.maximum(done[i], conn[0]), before, start, flow
             continue
@@ -240,8 +238,7 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
         done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered, whole=whole, burst=burst) \
             + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr, RECOVERY_RTT)
         if "shared" in opts:
-            done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack, pipe="pipe" in opts,
-                                                tailrto="tailrto" in opts)
+            done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack, **loss_opts)
         for k, c in enumerate(pool):
             c[0], c[1] = np.where(pick == k, done[i], c[0]), np.where(pick == k, c[1] + d, c[1])
         slot_of[i] = (key, pick)

@@ -42,7 +42,10 @@ held-out seeds it took the satellite scenario's median gap to optimal from 3.8% 
 On top, each *context cell* is a random effect around the shared model and its pool: its own page loads update the
 shared prediction (normal-normal; prior variance = the model's parameter variance + ``tau^2``, the
 model's misfit, estimated by the method of moments from cells with >= 5 page loads of a
-configuration). A calibration factor ``kappa`` >= 1 scales the standard deviations when the squared
+configuration). The cell's level (its baseline's log time, prior: the level model) and its effects are estimated
+jointly (``cell_level='joint'``), so the cell's page loads inform an effect only through contrasts: a cell that has
+only ever played one configuration cannot tell its level from that configuration's effect and keeps the effect's
+prior uncertainty. A calibration factor ``kappa`` >= 1 scales the standard deviations when the squared
 prediction errors of non-baseline configurations exceed their predicted variance (noise + level +
 effect) by more than two standard errors.
 
@@ -57,7 +60,10 @@ than the baseline would have); ``credit`` = ``gain`` lifts the floor, as Wu et a
 bounds does, so time saved at the bound funds exploration (neutral on held-out seeds: docs/tailor.md). The
 condition is ``S_g >= 0``; it holds as long as the true effects lie within ``budget_z`` posterior sd (the
 prior's assumption: one knob changed rarely makes a page load more than ``exp(budget_z * prior_sd)`` = 2.5x
-slower). Per connection:
+slower). With ``budget_bound='sum'`` the repricing bounds each group's sum once (Kazerouni et al., NeurIPS 2017:
+the confidence bound of the played actions' summed features) instead of summing per-play bounds, so independent
+cell errors average out (:meth:`TailorPolicy._sum_slack`; an option, not the default: docs/tailor.md). Per
+connection:
 
 * ``safe = argmin UCB`` (the baseline has UCB 0): free, it cannot cost more than the baseline;
 * the *default guard* (``guard`` = z, off by default): a configuration is eligible only when
@@ -331,6 +337,13 @@ class TailorPolicy(Policy):
                    "'none' (a configuration's page loads never add more slack than the baseline's would: its bound "
                    "floored at the baseline) or 'gain' (Wu et al.: a configuration bounded faster than the baseline "
                    "credits the slack with its lower bound of the time saved)"),
+        "cell_level": ("joint", lambda v: v in ("joint", "known"),
+                       "'joint' (a cell's level and its configurations' effects estimated together: an effect is learnt "
+                       "from the cell's own page loads only through contrasts) or 'known' (the level estimated with the "
+                       "shared effects taken as known; before 2026-11-26)"),
+        "budget_bound": ("play", lambda v: v in ("play", "sum"),
+                         "'play' (the slack repriced as the sum of each played configuration's bound, Wu et al.) or "
+                         "'sum' (one bound on the group's sum, Kazerouni et al. 2017: independent cell errors average out)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -603,6 +616,11 @@ class TailorPolicy(Policy):
         ``srow``: the cells' rows of the cell statistics, when at hand."""
         if self._pool_d is None:
             return mean, sd
+        idx = self._pool_rows(cells, srow)
+        return mean + self._pool_d[idx], np.sqrt(sd ** 2 + self._pool_v[idx])
+
+    def _pool_rows(self, cells: Sequence[tuple], srow: np.ndarray | None = None) -> np.ndarray:
+        """Each cell's row of the pool's estimates (:meth:`_fit_pool`; the last row: a pool without one)."""
         if srow is None:
             srow = self._stats.find([cell[:5] for cell in cells])
         at = self._pool_at
@@ -610,7 +628,7 @@ class TailorPolicy(Policy):
             if len(at) else np.full(len(cells), -1)
         for i in np.flatnonzero(idx < 0).tolist():  # a level cell new since the plan: its pool's estimate
             idx[i] = self._pool_index.get(self._pool_key(cells[i]), -1)
-        return mean + self._pool_d[idx], np.sqrt(sd ** 2 + self._pool_v[idx])
+        return idx
 
     def _fit_pool(self) -> None:
         """The middle level of the hierarchy: per pool (a website, or a website at an RTT bin) and configuration,
@@ -655,12 +673,14 @@ class TailorPolicy(Policy):
         self._pool_index = {key: len(on) + g for key, g in names.items()}
 
     def _posterior(self, cells: Sequence[tuple], groups: Sequence[str] | tuple[list[str], np.ndarray], mean: np.ndarray,
-                   sd: np.ndarray, level: np.ndarray, srow: np.ndarray | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                   sd: np.ndarray, level: np.ndarray, srow: np.ndarray | None = None, detail: bool = False
+                   ) -> tuple:
         """Posterior mean and sd of delta(x, c) for every configuration in each cell, the cell's log baseline level
         and that level's posterior variance: the shared model is the prior of the cell's own page loads
         (normal-normal, prior variance = the model's parameter variance + its misfit tau^2), so a cell with no
-        data is the shared model and a cell with many page loads is its own data."""
+        data is the shared model and a cell with many page loads is its own data. ``detail``: also the weight of
+        the prior in the posterior mean, var / v0 (cells x configurations), and the sd's scale (the alarm's
+        widening times kappa, cells x 1), which the budget's bound on a sum needs (:meth:`_sum_slack`)."""
         n = np.zeros(mean.shape)
         total = np.zeros(mean.shape)
         row = self._stats.find([cell[:5] for cell in cells]) if srow is None else srow
@@ -675,14 +695,49 @@ class TailorPolicy(Policy):
         s2 = np.array([self._noise(g) for g in names])[gidx][:, None]
         default = self._base
         v0 = np.maximum(sd ** 2 + self._tau2, 1e-12)
-        # the cell's own level (random effect around the shared level), then its configurations' effects
-        base, base_var = self._own_level(n, total, mean, level, s2)
-        var = 1.0 / (1.0 / v0 + n / s2)
-        delta = var * (mean / v0 + (total - n * base) / s2)
+        if getattr(self, "cell_level", "joint") == "joint":
+            base, base_var, delta, var, prior_weight = self._joint_cell(n, total, mean, v0, level, s2)
+        else:  # the level estimated with the shared effects taken as known, then the effects given that level
+            base, base_var = self._own_level(n, total, mean, level, s2)
+            var = 1.0 / (1.0 / v0 + n / s2)
+            delta = var * (mean / v0 + (total - n * base) / s2)
+            prior_weight = var / v0
         delta[:, default], var[:, default] = 0.0, 0.0
         since = np.array([self._since_alarm.get(g, self.reopen) for g in names], dtype=float)
         widen = np.maximum(2.0 - since / self.reopen, 1.0)[gidx][:, None]
+        if detail:
+            return delta, np.sqrt(var) * widen * self._kappa, base[:, 0], base_var[:, 0], prior_weight, widen * self._kappa
         return delta, np.sqrt(var) * widen * self._kappa, base[:, 0], base_var[:, 0]
+
+    def _joint_cell(self, n: np.ndarray, total: np.ndarray, mean: np.ndarray, v0: np.ndarray, level: np.ndarray,
+                    s2: np.ndarray) -> tuple:
+        """The joint posterior of a cell's level L and its configurations' effects (``cell_level='joint'``).
+
+        Priors: ``L ~ N(level, level_var)`` (the level model), ``delta_c ~ N(mean_c, v0_c)`` (the shared model and
+        its pool); a configuration's mean log time ``ybar_c ~ N(L + delta_c, s2 / n_c)``, the baseline's
+        ``N(L, s2 / n_b)``. Integrating the effects out, ``ybar_c - mean_c ~ N(L, v0_c + s2 / n_c)``, which gives L's
+        posterior (a configuration the cell has played says little about its level when its effect is uncertain);
+        then ``delta_c | L`` is normal-normal and, by total variance, ``Var(delta_c) = 1 / prec_c + b_c^2 Var(L)``,
+        ``b_c = (n_c / s2) / prec_c``. So an effect is learnt from the cell's own page loads only through contrasts:
+        a cell that played one configuration and never the baseline keeps that effect's prior uncertainty (it cannot
+        tell its level from the effect), where the earlier rule (the level estimated with the shared effects taken as
+        known, the effect then given that level, ``cell_level='known'``) confirmed the shared prediction with every
+        page load and shrank its sd as if the page loads measured the effect. Returns the level's posterior mean and
+        variance (cells x 1), the effects' means and variances and the weight of the prior mean in the effect
+        (cells x configurations)."""
+        default, lv = self._base, self._level_var
+        other = n > 0
+        other[:, default] = False
+        safe_n = np.maximum(n, 1.0)
+        w = np.where(other, 1.0 / (v0 + s2 / safe_n), 0.0)
+        r = np.where(other, total / safe_n - mean, 0.0)
+        prec_l = 1.0 / lv + n[:, [default]] / s2 + w.sum(axis=1, keepdims=True)
+        base_var = 1.0 / prec_l
+        base = base_var * (level[:, None] / lv + total[:, [default]] / s2 + (w * r).sum(axis=1, keepdims=True))
+        cond = 1.0 / (1.0 / v0 + n / s2)
+        b = cond * n / s2
+        delta = cond * (mean / v0 + (total - n * base) / s2)
+        return base, base_var, delta, cond + b * b * base_var, cond / v0
 
     def _own_level(self, n: np.ndarray, total: np.ndarray, mean: np.ndarray, level: np.ndarray,
                    s2: np.ndarray | float) -> tuple[np.ndarray, np.ndarray]:
@@ -1136,15 +1191,78 @@ class TailorPolicy(Policy):
         if not cells:
             return
         groups = [self._group(cell) for cell in cells]
-        delta, sd, _, _ = self._effects_many(cells, groups)
-        ucb = np.maximum(delta + self.budget_z * sd, self._floor)
-        ucb[:, self._base] = 0.0
-        terms = np.sum(self._played.used()[0] * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
-        slack = dict.fromkeys(groups, 0.0)
-        for group, term in zip(groups, terms.tolist()):
-            slack[group] += term
+        if getattr(self, "budget_bound", "play") == "sum":
+            slack = self._sum_slack(cells, groups, self._played.used()[0])
+        else:
+            delta, sd, _, _ = self._effects_many(cells, groups)
+            ucb = np.maximum(delta + self.budget_z * sd, self._floor)
+            ucb[:, self._base] = 0.0
+            terms = np.sum(self._played.used()[0] * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
+            slack = dict.fromkeys(groups, 0.0)
+            for group, term in zip(groups, terms.tolist()):
+                slack[group] += term
         for group, total in slack.items():
             self._slack[group] = total - pending.get(group, 0.0)
+
+    def _sum_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray) -> dict[str, float]:
+        """``budget_bound='sum'``: each group's slack from one lower confidence bound on its sum (Kazerouni et al.,
+        NeurIPS 2017, conservative linear bandits: the bound of the played actions' summed features, not the sum of
+        each action's bound). The slack is ``S_g = sum_(cell, c) Y ((1 + alpha) exp(-delta) - 1)``, ``Y`` the
+        time played with configuration c in the cell; linearised at the posterior means, its variance has three
+        parts: the shared model's coefficients (correlated across every cell, through the posterior covariance of
+        the knob terms), the pools' residual effects (taken as fully correlated within the group per
+        configuration: an upper bound) and what each cell's own page loads add (independent between cells). The
+        bound is the mean minus ``budget_z`` sd. A (cell, configuration) whose own bound is at the floor
+        (``credit='none'``: bounded faster than the baseline) counts as the baseline, as in the per-play bound;
+        with ``credit='none'`` the other played configurations together never add more slack than the baseline
+        would have (alpha Y). Independent cell errors average out in a sum, so a group whose exploration is
+        spread over many cells keeps more of its slack than the per-play bound leaves it."""
+        index: dict[str, int] = {}
+        gidx = np.fromiter((index.setdefault(g, len(index)) for g in groups), np.int64, len(groups))
+        names = list(index)
+        srow = self._stats.find([cell[:5] for cell in cells])
+        _, mean_s, sd_s, level = self._predict_many(cells)
+        mean, sd_p = self._pooled(cells, mean_s, sd_s, srow)
+        pool_var = np.maximum(sd_p ** 2 - sd_s ** 2, 0.0)
+        delta, sd, _, _, shrink, scale = self._posterior(cells, (names, gidx), mean, sd_p, level, srow, detail=True)
+        z, a = self.budget_z, self.alpha
+        nonbase = np.ones(played.shape[1], dtype=bool)
+        nonbase[self._base] = False
+        active = (played > 0) & nonbase[None, :] & (delta + z * sd > self._floor)
+        at_floor = (played > 0) & nonbase[None, :] & ~active
+        groups_n = len(names)
+        floor_term = np.where(at_floor, played * ((1.0 + a) * math.exp(-max(self._floor, -50.0)) - 1.0), 0.0) \
+            if math.isfinite(self._floor) else np.zeros_like(played)
+        base_term = played[:, self._base] * a
+        fixed = np.bincount(gidx, base_term + floor_term.sum(axis=1), groups_n)
+        w = np.where(active, (1.0 + a) * played * np.exp(-delta), 0.0)  # d S / d(-delta)
+        mean_term = np.bincount(gidx, np.where(active, played * ((1.0 + a) * np.exp(-delta) - 1.0), 0.0).sum(axis=1),
+                                groups_n)
+        # the shared coefficients: one aggregated design per group, A = sum w * shrink * scale * (psi slots x d_c)
+        coef = w * shrink * scale
+        var = np.zeros(groups_n)
+        if active.any():
+            idx, val = self._slots(cells)
+            pidx, pval = self._int_pos[idx[:, self._int_slots]], val[:, self._int_slots]
+            direction = coef @ self._d  # cells x n_e
+            agg = np.zeros((groups_n, self._n_int, self._n_e))
+            ok = pidx >= 0
+            rows, slots = np.nonzero(ok)
+            np.add.at(agg, (gidx[rows], pidx[rows, slots]), pval[rows, slots, None] * direction[rows])
+            flat = agg.reshape(groups_n, -1)
+            cov = self._cov_blocks.transpose(0, 2, 1, 3).reshape(flat.shape[1], flat.shape[1])
+            var += np.einsum("gi,gi->g", flat @ cov, flat)
+            # the pools: fully correlated within a group per configuration (an upper bound)
+            pooled = np.zeros((groups_n, played.shape[1]))
+            np.add.at(pooled, gidx, coef * np.sqrt(pool_var))
+            var += np.sum(pooled ** 2, axis=1)
+            # each cell's own part: what its posterior variance holds beyond the shared and pooled parts
+            own = np.maximum(sd ** 2 - (shrink * scale) ** 2 * (sd_s ** 2 + pool_var), 0.0)
+            var += np.bincount(gidx, np.sum(w * w * own, axis=1), groups_n)
+        bound = mean_term - z * np.sqrt(var)
+        if self._floor == 0.0:  # credit 'none': exploration never adds more slack than the baseline would have
+            bound = np.minimum(bound, np.bincount(gidx, np.where(active, played * a, 0.0).sum(axis=1), groups_n))
+        return {g: float(fixed[j] + bound[j]) for j, g in enumerate(names)}
 
     def _refit(self) -> None:
         """Posterior of the shared model from its sufficient statistics; the noise variance by empirical Bayes."""

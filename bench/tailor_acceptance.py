@@ -5,7 +5,7 @@ and is rewritten atomically after each, so an interruption loses at most the run
 Usage::
 
     PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py [--cells default:model,satellite:measured]
-        [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only [--markdown]]
+        [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only [--markdown | --against OLD]]
 
 Each run is what ``tailor evaluate --scenario S --oracle O --seed K`` computes (every default policy, space
 ``core``, online mode, UpdateFreq 300 s); the file keeps its summary rows, its off-policy rows (the doubly robust
@@ -174,6 +174,24 @@ def markdown(data: dict, cells: list[tuple[str, str]], seeds: list[int]) -> None
               f"{', '.join(k for k, v in ok.items() if v is False) or 'none'} |")
 
 
+def against(data: dict, old: dict, cells: list[tuple[str, str]], seeds: list[int], policy: str = "tailor") -> None:
+    """``--against OLD``: the paired change of ``policy``'s figures from campaign OLD to this one (same scenario,
+    oracle and seed: the same world, so the pairs differ only by the code), in points with 95% t intervals."""
+    print(f"| scenario x oracle | seeds | commits (old -> new) | {policy} p50 | p95 | mean | degraded | median gap |")
+    print("|---|---|---|---|---|---|---|---|")
+    for scenario, oracle in cells:
+        pairs = [(old["runs"][k], data["runs"][k]) for k in (key(scenario, oracle, s) for s in seeds)
+                 if k in data["runs"] and k in old["runs"]]
+        if not pairs:
+            continue
+        mine = [tuple({s["policy"]: s for s in run["summaries"]}[policy] for run in pair) for pair in pairs]
+        diff = {m: interval([b[m] - a[m] for a, b in mine])
+                for m in ("p50", "p95", "mean_improvement", "degraded_share", "median_gap_to_optimal")}
+        commits = ["/".join(sorted({pair[i]["meta"]["git_commit"][:7] for pair in pairs})) for i in (0, 1)]
+        print(f"| {scenario} x {oracle} | {len(pairs)} | {commits[0]} -> {commits[1]} | " + " | ".join(
+            fmt(diff[m]) for m in ("p50", "p95", "mean_improvement", "degraded_share", "median_gap_to_optimal")) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default=",".join(f"{s}:{o}" for o in ORACLES for s in SCENARIOS))
@@ -181,6 +199,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="with --report-only: one README row per cell")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="with --report-only: the paired change of tailor's figures from this earlier campaign file")
     args = ap.parse_args()
     cells = [tuple(c.split(":")) for c in args.cells.split(",") if c]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -195,7 +215,9 @@ def main() -> None:
                 data["runs"][k] = run
                 save(args.out, data)
                 print(f"done {k}: {run['meta']['wall_s']:.0f} s, load {run['meta']['load1']:.1f}", flush=True)
-    if args.markdown:
+    if args.against is not None:
+        against(data, load(args.against), cells, seeds)
+    elif args.markdown:
         markdown(data, cells, seeds)
     else:
         report(data, cells, seeds)

@@ -41,8 +41,8 @@ held-out seeds it took the satellite scenario's median gap to optimal from 3.8% 
 
 On top, each *context cell* is a random effect around the shared model and its pool: its own page loads update the
 shared prediction (normal-normal; prior variance = the model's parameter variance + ``tau^2``, the
-model's misfit, estimated by the method of moments from cells with >= 5 page loads of a
-configuration). The cell's level (its baseline's log time, prior: the level model) and its effects are estimated
+model's misfit, estimated by the method of moments per client group, shrunk to the global value, from the
+contrasts of cells with >= 5 page loads of a configuration and of the baseline). The cell's level (its baseline's log time, prior: the level model) and its effects are estimated
 jointly (``cell_level='joint'``), so the cell's page loads inform an effect only through contrasts: a cell that has
 only ever played one configuration cannot tell its level from that configuration's effect and keeps the effect's
 prior uncertainty. A calibration factor ``kappa`` >= 1 scales the standard deviations when the squared
@@ -341,6 +341,11 @@ class TailorPolicy(Policy):
                        "'joint' (a cell's level and its configurations' effects estimated together: an effect is learnt "
                        "from the cell's own page loads only through contrasts) or 'known' (the level estimated with the "
                        "shared effects taken as known; before 2026-11-26)"),
+        "misfit": ("group", lambda v: v in ("group", "contrast", "level"),
+                   "'group' (the misfit tau^2 per client group, from cells' contrasts with their own baseline page "
+                   "loads, each shrunk to the global value by 20 pseudo-terms), 'contrast' (one global tau^2 from those "
+                   "contrasts) or 'level' (one, from every cell with its level given the shared effects; before "
+                   "2026-11-26)"),
         "budget_bound": ("play", lambda v: v in ("play", "sum"),
                          "'play' (the slack repriced as the sum of each played configuration's bound, Wu et al.) or "
                          "'sum' (one bound on the group's sum, Kazerouni et al. 2017: independent cell errors average out)"),
@@ -694,7 +699,10 @@ class TailorPolicy(Policy):
             names = list(index)
         s2 = np.array([self._noise(g) for g in names])[gidx][:, None]
         default = self._base
-        v0 = np.maximum(sd ** 2 + self._tau2, 1e-12)
+        tau2 = self._tau2
+        if getattr(self, "_tau2_group", None):
+            tau2 = np.array([self._tau2_group.get(g, self._tau2) for g in names])[gidx][:, None]
+        v0 = np.maximum(sd ** 2 + tau2, 1e-12)
         if getattr(self, "cell_level", "joint") == "joint":
             base, base_var, delta, var, prior_weight = self._joint_cell(n, total, mean, v0, level, s2)
         else:  # the level estimated with the shared effects taken as known, then the effects given that level
@@ -1311,8 +1319,13 @@ class TailorPolicy(Policy):
 
     def _misfit(self) -> float:
         """tau^2: how far cells' own configuration effects stray from the shared model's beyond noise and
-        parameter variance, from every (cell, configuration) with at least 5 page loads, the cell's level
-        taken out (method of moments)."""
+        parameter variance (method of moments), from every (cell, configuration) with at least 5 page loads.
+        ``misfit='group'`` and ``'contrast'``: only contrasts with the cell's own baseline page loads (at least 5;
+        a cell that never played the baseline cannot tell its level from an effect), each cell's noise its client
+        group's; with ``'group'`` each client group also gets its own tau^2 (``_tau2_group``, its terms shrunk to
+        the global value by 20 pseudo-terms), since the shared model strays further in some contexts (2G) than in
+        others. ``'level'``: every cell, its level estimated with the shared effects taken as known, the global
+        noise. Returns the global value."""
         n, total = self._stats.used()
         on = np.flatnonzero(n.sum(axis=1) >= 10)
         keys = [self._stats.keys_[i] for i in on.tolist()]
@@ -1323,9 +1336,33 @@ class TailorPolicy(Policy):
         if not rows.any():
             return self._tau2
         n, total, ok = n[rows], total[rows], ok[rows]
-        _, mean, sd, _ = self._predict_many([key + (0,) for key, r in zip(keys, rows) if r])
-        base = np.sum(total - n * mean, axis=1) / n.sum(axis=1)  # each cell's own level given the shared effects
+        cells = [key + (0,) for key, r in zip(keys, rows) if r]
+        _, mean, sd, _ = self._predict_many(cells)
         nn = np.maximum(n, 1.0)
+        self._tau2_group = {}
+        if getattr(self, "misfit", "level") in ("contrast", "group"):
+            # contrasts with the cell's own baseline page loads (a cell that never played the baseline cannot tell
+            # its level from an effect), each cell's noise its group's
+            b = self._base
+            ok &= n[:, [b]] >= 5
+            if not ok.any():
+                return self._tau2
+            groups = [self._group(cell) for cell in cells]
+            s2 = np.array([self._noise(g) for g in groups])[:, None]
+            resid = total / nn - (total[:, [b]] / nn[:, [b]]) - mean
+            terms = resid ** 2 - s2 / nn - s2 / nn[:, [b]] - sd ** 2
+            tau2 = float(np.clip(np.mean(terms[ok]), 0.002, 0.5))
+            if self.misfit == "group":  # per client group, shrunk to the global value by 20 pseudo-terms
+                per = {}
+                for g, t, o in zip(groups, terms, ok):
+                    if o.any():
+                        acc = per.setdefault(g, [0.0, 0])
+                        acc[0] += float(t[o].sum())
+                        acc[1] += int(o.sum())
+                for g, (tot, cnt) in per.items():
+                    self._tau2_group[g] = float(np.clip((tot + 20 * tau2) / (cnt + 20), 0.002, 0.5))
+            return tau2
+        base = np.sum(total - n * mean, axis=1) / n.sum(axis=1)  # each cell's own level given the shared effects
         terms = ((total / nn - base[:, None] - mean) ** 2 - self._sigma2 / nn - sd ** 2)[ok]
         return float(np.clip(np.mean(terms), 0.002, 0.5))
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from tailor.policies import Context, Outcome, PolicyEnv, PrefixHistory, make_policy
+from tailor.policies import Context, Decision, Outcome, PolicyEnv, PrefixHistory, make_policy
 from tailor.policies.tailor import cusum_run
 from tailor.scenario.model import ClientInfo
 from tailor.space import ConfigSpace
@@ -342,6 +342,37 @@ def test_a_cell_learns_an_effect_only_from_contrasts():
     _, base_var, delta, var, _ = pol._joint_cell(n, total, mean, v0, level, s2)
     assert abs(delta[0, c]) < 0.03 and math.sqrt(var[0, c]) < 0.03
     assert math.sqrt(base_var[0, 0]) < 0.02
+
+
+def test_the_misfit_is_estimated_per_client_group_from_contrasts():
+    """``misfit='group'``: where the cells' own contrasts (a configuration against the cell's baseline page loads)
+    stray far from the shared model, that client group's tau^2 is above the global value, and below it where they
+    agree."""
+    pol, space = _policy()
+    rng = np.random.default_rng(41)
+    other = (pol.baseline_index + 1) % len(space)
+    stray = {}
+    for k, (pop, ctx) in enumerate(_contexts(rng, 6000)):
+        if k and k % 600 == 0:
+            pol.plan(ctx.time_s, compile=False)
+        cell = pol._cell(ctx)
+        # each slow cell's own effect of the other configuration strays (sd 0.5 in log time); fast cells' do not
+        dev = stray.setdefault(cell[:5], rng.normal(0.0, 0.5) if pop == "slow" else 0.0)
+        c = other if k % 2 else pol.baseline_index
+        y = POPULATIONS[pop]["base_ms"] * math.exp(dev if c == other else 0.0) * (1.0 + 0.1 * rng.gamma(4.0, 1.0))
+        pol.observe(ctx, Decision(c, 1.0, pol.group_of(ctx), "explore"), Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0,
+                                                                                  100_000))
+    pol.plan(6000.0, compile=False)
+    slow = {pol.budget_group(ctx) for pop, ctx in _contexts(np.random.default_rng(41), 6000) if pop == "slow"}
+    fast = {pol.budget_group(ctx) for pop, ctx in _contexts(np.random.default_rng(41), 6000) if pop == "fast"}
+    tau_slow = [pol._tau2_group[g] for g in slow if g in pol._tau2_group]
+    tau_fast = [pol._tau2_group[g] for g in fast if g in pol._tau2_group]
+    assert tau_slow and tau_fast
+    # the fast group (contrasts as the shared model predicts) below the global value it is shrunk to, the slow
+    # group whose contrasts the shared model fits worst above it (each group has only a few cells here, one per
+    # website, so the 20 pseudo-terms keep every group near the global value)
+    assert max(tau_fast) < pol._tau2 < max(tau_slow), (tau_slow, pol._tau2, tau_fast)
+    assert max(tau_slow) > 1.3 * max(tau_fast)
 
 
 def test_batch_observe_agrees_with_one_by_one():

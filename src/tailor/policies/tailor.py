@@ -42,10 +42,10 @@ held-out seeds it took the satellite scenario's median gap to optimal from 3.8% 
 On top, each *context cell* is a random effect around the shared model and its pool: its own page loads update the
 shared prediction (normal-normal; prior variance = the model's parameter variance + ``tau^2``, the
 model's misfit, estimated by the method of moments per client group, shrunk to the global value, from the
-contrasts of cells with >= 5 page loads of a configuration and of the baseline). The cell's level (its baseline's log time, prior: the level model) and its effects are estimated
-jointly (``cell_level='joint'``), so the cell's page loads inform an effect only through contrasts: a cell that has
-only ever played one configuration cannot tell its level from that configuration's effect and keeps the effect's
-prior uncertainty. A calibration factor ``kappa`` >= 1 scales the standard deviations when the squared
+contrasts of cells with >= 5 page loads of a configuration and of the baseline). The cell's level (its baseline's
+log time, prior: the level model) and its effects are estimated jointly (``cell_level='joint'``), so the cell's
+page loads inform an effect only through contrasts: a cell that has only ever played one configuration cannot tell
+its level from that configuration's effect and keeps the effect's prior uncertainty. A calibration factor ``kappa`` >= 1 scales the standard deviations when the squared
 prediction errors of non-baseline configurations exceed their predicted variance (noise + level +
 effect) by more than two standard errors.
 
@@ -446,6 +446,7 @@ class TailorPolicy(Policy):
         # sum of the effects' variances, count
         self._z2 = [0.0, 0.0, 0.0, 0.0]
         self._tau2 = 0.01  # misfit variance of the shared model, re-estimated at plan
+        self._tau2_group: dict[str, float] = {}  # the misfit per client group (misfit='group'), at plan
         self._tau2_pool = 0.01  # variance of the pools' residual effects (_fit_pool)
         # the pools' residual effects and their variances (_fit_pool): rows for the level cells (their own data left
         # out; _pool_at: row of the cell statistics -> row here), for the pools (_pool_index) and for "none"
@@ -1353,14 +1354,11 @@ class TailorPolicy(Policy):
             terms = resid ** 2 - s2 / nn - s2 / nn[:, [b]] - sd ** 2
             tau2 = float(np.clip(np.mean(terms[ok]), 0.002, 0.5))
             if self.misfit == "group":  # per client group, shrunk to the global value by 20 pseudo-terms
-                per = {}
-                for g, t, o in zip(groups, terms, ok):
-                    if o.any():
-                        acc = per.setdefault(g, [0.0, 0])
-                        acc[0] += float(t[o].sum())
-                        acc[1] += int(o.sum())
-                for g, (tot, cnt) in per.items():
-                    self._tau2_group[g] = float(np.clip((tot + 20 * tau2) / (cnt + 20), 0.002, 0.5))
+                names, gidx = np.unique(np.array(groups, dtype=object), return_inverse=True)
+                tot = np.bincount(gidx, np.where(ok, terms, 0.0).sum(axis=1), len(names))
+                cnt = np.bincount(gidx, ok.sum(axis=1), len(names))
+                per = np.clip((tot + 20 * tau2) / (cnt + 20), 0.002, 0.5)
+                self._tau2_group = {str(g): float(v) for g, v, c in zip(names, per, cnt) if c > 0}
             return tau2
         base = np.sum(total - n * mean, axis=1) / n.sum(axis=1)  # each cell's own level given the shared effects
         terms = ((total / nn - base[:, None] - mean) ** 2 - self._sigma2 / nn - sd ** 2)[ok]

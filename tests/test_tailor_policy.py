@@ -39,6 +39,13 @@ def _slowdowns(pol, space, values):
     return out
 
 
+def _one_knob(pol, space, knob, value):
+    """The configuration that differs from the policy's baseline in ``knob`` only, set to ``value``."""
+    ref = space.configs[pol.baseline_index]
+    return space.index_of(next(c for c in space.configs if c[knob] == value
+                               and all(c[k] == ref[k] for k in space.grid if k != knob)))
+
+
 def _contexts(rng: np.random.Generator, n: int, t0: float = 0.0, dt: float = 1.0):
     names = list(POPULATIONS)
     for i in range(n):
@@ -123,9 +130,7 @@ def test_credited_gain_funds_more_exploration_and_the_budget_still_holds():
         pol, space = _policy(credit=credit)
         rng = np.random.default_rng(17)
         slowdown = _slowdowns(pol, space, 1.1 + 1.1 * rng.random(len(space)))
-        ref = space.configs[pol.baseline_index]
-        good = space.index_of(next(c for c in space.configs if c["tcp.congestion_control"] == "cubic"
-                                   and all(c[k] == ref[k] for k in space.grid if k != "tcp.congestion_control")))
+        good = _one_knob(pol, space, "tcp.congestion_control", "cubic")
         slowdown[good] = 0.7
         sums = _run(pol, space, rng, 8000, slowdown)
         for group, series in sums.items():
@@ -145,22 +150,13 @@ def test_one_bound_on_the_sum_keeps_more_slack_than_the_sum_of_per_play_bounds()
     pol, space = _policy(budget_bound="sum")
     rng = np.random.default_rng(23)
     slowdown = _slowdowns(pol, space, 1.1 + 1.1 * rng.random(len(space)))
-    ref = space.configs[pol.baseline_index]
-    good = space.index_of(next(c for c in space.configs if c["tcp.congestion_control"] == "cubic"
-                               and all(c[k] == ref[k] for k in space.grid if k != "tcp.congestion_control")))
+    good = _one_knob(pol, space, "tcp.congestion_control", "cubic")
     slowdown[good] = 0.7
     _run(pol, space, rng, 4000, slowdown)
     cells = pol._played.keys_
     groups = [pol._group(cell) for cell in cells]
     played = pol._played.used()[0]
-    by_sum = pol._sum_slack(cells, groups, played)
-    delta, sd, _, _ = pol._effects_many(cells, groups)
-    ucb = np.maximum(delta + pol.budget_z * sd, pol._floor)
-    ucb[:, pol.baseline_index] = 0.0
-    terms = np.sum(played * ((1.0 + pol.alpha) * np.exp(-ucb) - 1.0), axis=1)
-    by_play = dict.fromkeys(by_sum, 0.0)
-    for g, t in zip(groups, terms.tolist()):
-        by_play[g] += t
+    by_sum, by_play = pol._sum_slack(cells, groups, played), pol._play_slack(cells, groups, played)
     for g in by_sum:
         assert by_sum[g] >= by_play[g] - 1e-6 * abs(by_play[g]), (g, by_sum[g], by_play[g])
     assert sum(by_sum.values()) > sum(by_play.values())
@@ -628,9 +624,7 @@ def test_tcp_only_telemetry_reaches_edges_without_sni_or_device():
         archive.update(prefix, 0.0, p["goodput"], p["loss"], p["rtt"])
     pol = make_policy("tailor", seed=7, alpha=0.05)
     pol.reset(space, PolicyEnv(websites=(), update_period_s=300.0, archive=archive))
-    ref = space.configs[pol.baseline_index]
-    good = space.index_of(next(c for c in space.configs if c["tcp.congestion_control"] == "cubic"
-                               and all(c[k] == ref[k] for k in space.grid if k != "tcp.congestion_control")))
+    good = _one_knob(pol, space, "tcp.congestion_control", "cubic")
     rng = np.random.default_rng(13)
     for i in range(6000):
         if i and i % 300 == 0:

@@ -1200,18 +1200,20 @@ class TailorPolicy(Policy):
         if not cells:
             return
         groups = [self._group(cell) for cell in cells]
-        if getattr(self, "budget_bound", "play") == "sum":
-            slack = self._sum_slack(cells, groups, self._played.used()[0])
-        else:
-            delta, sd, _, _ = self._effects_many(cells, groups)
-            ucb = np.maximum(delta + self.budget_z * sd, self._floor)
-            ucb[:, self._base] = 0.0
-            terms = np.sum(self._played.used()[0] * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
-            slack = dict.fromkeys(groups, 0.0)
-            for group, term in zip(groups, terms.tolist()):
-                slack[group] += term
-        for group, total in slack.items():
+        bound = self._sum_slack if getattr(self, "budget_bound", "play") == "sum" else self._play_slack
+        for group, total in bound(cells, groups, self._played.used()[0]).items():
             self._slack[group] = total - pending.get(group, 0.0)
+
+    def _play_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray) -> dict[str, float]:
+        """``budget_bound='play'``: each group's slack as the sum of every played configuration's own bound."""
+        delta, sd, _, _ = self._effects_many(cells, groups)
+        ucb = np.maximum(delta + self.budget_z * sd, self._floor)
+        ucb[:, self._base] = 0.0
+        terms = np.sum(played * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
+        slack = dict.fromkeys(groups, 0.0)
+        for group, term in zip(groups, terms.tolist()):
+            slack[group] += term
+        return slack
 
     def _sum_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray) -> dict[str, float]:
         """``budget_bound='sum'``: each group's slack from one lower confidence bound on its sum (Kazerouni et al.,

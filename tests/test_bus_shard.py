@@ -157,6 +157,44 @@ async def _forge_state(bus, p: int, marker: Path) -> None:
         await nc.close()
 
 
+def test_kv_keys_lists_what_the_bucket_holds_while_it_is_rewritten(bus):
+    """The shards' view of who is alive: the keys under a prefix, from the stream's subjects (nats-py's watcher-based
+    ``keys()`` once returned no key while three shards were beating); deleted keys keep a marker, readers skip it."""
+    from tailor.bus import setup as S
+
+    async def go():
+        nc, js = await _conn(bus)
+        try:
+            assert await S.kv_keys(js, S.SHARDS, "alive.") == []  # no bucket yet
+            kv = (await S.ensure_buckets(js))["shards"]
+            for k in ("alive.a", "alive.b", "alive.c", "other.x"):
+                await kv.put(k, b'{"partitions": [1]}')
+            await kv.delete("alive.c")
+            assert await S.kv_keys(js, S.SHARDS, "alive.") == ["alive.a", "alive.b", "alive.c"]
+            assert set(await T.heartbeats(js)) == {"a", "b"}
+            stop = asyncio.Event()
+
+            async def beat():  # three heartbeats rewritten every 2 ms (history 1: each put deletes the last)
+                i = 0
+                while not stop.is_set():
+                    await kv.put(f"alive.{'abd'[i % 3]}", b'{"partitions": [1]}')
+                    i += 1
+                    await asyncio.sleep(0.002)
+
+            task = asyncio.create_task(beat())
+            try:
+                await asyncio.sleep(0.1)
+                listings = [await S.kv_keys(js, S.SHARDS, "alive.") for _ in range(200)]
+            finally:
+                stop.set()
+                await task
+            assert all(k == ["alive.a", "alive.b", "alive.c", "alive.d"] for k in listings), listings[:3]
+        finally:
+            await nc.close()
+
+    bus.run(go())
+
+
 def test_one_shard_owns_all_publishes_verified_tables_and_ingests_once(bus):
     P, N = 4, 800
     marker = bus.tmp / "unpickled"

@@ -195,10 +195,12 @@ def test_kill_shard_stop_bus_restart_edge(tmp_path):
         async def kill_and_take_over():
             nc, js = await _bus(cluster)
             try:
-                owners = await _owners(js)
                 victim = "shard-1"
-                mine = sorted(p for p, s in owners.items() if s == victim)
-                assert mine, owners
+
+                async def victims():
+                    return sorted(p for p, s in (await _owners(js)).items() if s == victim)
+
+                mine = await _until(f"{victim} owning a partition", victims, 30)
                 before = {p: T.envelope_table(e)["version"] for p, e in (await T.envelopes(js)).items()}
                 proc = cluster.process(victim)
                 proc.kill()

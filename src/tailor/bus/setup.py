@@ -35,6 +35,21 @@ TABLES_HISTORY, ARCHIVE_HISTORY = 64, 1
 POP_RE = re.compile(r"[a-z0-9-]{1,32}")
 
 
+async def kv_keys(js, bucket: str, prefix: str = "") -> list[str]:
+    """The keys of ``bucket`` that start with ``prefix`` and hold a message, from one stream-info request.
+
+    nats-py's ``KeyValue.keys()`` watches the bucket and can end its listing before the first entry arrives (it
+    compares the consumer's pending count, already 0 once the server has pushed everything, with the entries the
+    client has handled so far), so under load it reports a bucket without keys. A deleted key still has its delete
+    marker: callers read each key and skip deleted ones."""
+    pre = f"$KV.{bucket}."
+    try:
+        info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"{pre}{prefix}>")
+    except NotFoundError:
+        return []
+    return sorted(s[len(pre):] for s in (info.state.subjects or {}) if s.startswith(pre + prefix))
+
+
 def tel_subject(pop: str, p: int) -> str:
     return f"tailor.tel.{pop}.{p}"
 

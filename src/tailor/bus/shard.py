@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nats
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError, NotFoundError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
 from tailor.bus import setup as S
 from tailor.bus.partition import owner, partition
@@ -550,10 +550,7 @@ class Shard:
 
     async def live(self) -> dict[str, dict]:
         """{shard id: heartbeat document} of the shards whose heartbeat has not expired."""
-        try:
-            keys = await self.shards.keys()
-        except NoKeysError:
-            keys = []
+        keys = await S.kv_keys(self.js, S.SHARDS, "alive.")
         out = {}
         for k in keys:
             if not k.startswith("alive."):

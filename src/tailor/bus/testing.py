@@ -6,7 +6,7 @@ import base64
 import json
 
 import nats
-from nats.js.errors import KeyNotFoundError, NoKeysError, NotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 
 from tailor.bus import setup as S
 from tailor.bus.partition import partition
@@ -70,9 +70,9 @@ async def connect(url: str, user: str | None = None, password: str | None = None
 async def kv_values(js, bucket: str, prefix: str) -> dict[str, bytes]:
     try:
         kv = await js.key_value(bucket)
-        keys = await kv.keys()
-    except (NoKeysError, NotFoundError):
+    except NotFoundError:
         return {}
+    keys = await S.kv_keys(js, bucket, prefix)
     out = {}
     for k in keys:
         if k.startswith(prefix):

@@ -460,6 +460,7 @@ def table_value(table: Any, logs: Logs, *, q: Callable[[Logs, list[str]], np.nda
 
 BACKFIT_ROUNDS = 3
 EFFECTS = ("boosted", "ridge")  # how the cost model learns the configurations' effects (QModel's ``effects``)
+BOOSTED_ITER, RIDGE_ITER = 200, 100  # boosting iterations of f by default (boosted: f carries the knob effects too)
 MAX_SITES, MAX_DEVICES = 40, 10  # one-hot levels of the cost model (the most frequent; the rest share one)
 
 
@@ -492,10 +493,11 @@ class QModel:
     * ``effects="boosted"`` (the default when ``knobs`` are given): the knob values are inputs of f itself, each
       as the rank of its value, so the trees learn how a knob value's effect changes with the context (a band of
       RTTs or goodputs, an interaction with the site), which a linear-in-context beta_v cannot follow. A tree's
-      branch may use the context and one knob (scikit-learn's ``interaction_cst``), so the knobs' effects add up
-      in log cost as beta_v's do and a combination the logs lack is predicted from the values it shares with
-      logged ones. There is no beta_v then, and gamma_c is fitted once on f's residuals (no backfitting: f has
-      the configurations' effects). ``effects="ridge"``: the linear beta_v above.
+      branch may use the context and one knob (scikit-learn's ``interaction_cst``; ``knob_interactions=True``
+      lifts it), so the knobs' effects add up in log cost as beta_v's do and a combination the logs lack is
+      predicted from the values it shares with logged ones. There is no beta_v, no gamma_c (on held-out worlds a
+      per-configuration ridge on f's residuals only added noise: docs/tailor.md, "Off-policy estimate") and no
+      backfitting; ``max_iter`` defaults to ``BOOSTED_ITER``. ``effects="ridge"``: the linear beta_v above.
 
     Back-transformed with Duan's smearing factor per decile of the predicted log cost (the noise is
     heteroscedastic), predictions clipped to the range of the logged costs. Cross-fitted (``folds``): records
@@ -504,8 +506,8 @@ class QModel:
     """
 
     def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
-                 max_iter: int = 100, seed: int = 0, knobs: Mapping[str, Mapping[str, Any]] | None = None,
-                 knob_shrink: float = 20.0, effects: str = "boosted"):
+                 max_iter: int | None = None, seed: int = 0, knobs: Mapping[str, Mapping[str, Any]] | None = None,
+                 knob_shrink: float = 20.0, effects: str = "boosted", knob_interactions: bool = False):
         if not (isinstance(folds, (int, np.integer)) and folds >= 1):
             raise ValueError(f"folds: must be an integer >= 1, got {folds!r}")
         for name, v in (("shrink", shrink), ("knob_shrink", knob_shrink)):
@@ -519,6 +521,9 @@ class QModel:
         self._design = self._knob_design(knobs)
         # boosted: the knob values are inputs of the boosted model (their ranks, NaN where undescribed)
         self.effects = effects if self._design is not None else "ridge"
+        self.knob_interactions = bool(knob_interactions)
+        if max_iter is None:
+            max_iter = BOOSTED_ITER if self.effects == "boosted" else RIDGE_ITER
         self._codes_k = self._knob_codes(knobs) if self.effects == "boosted" else np.zeros((len(self.config_ids), 0))
         self.knob_shrink = float(knob_shrink)
         self._sites, self._devices = _levels(logs.sni, MAX_SITES), _levels(logs.device, MAX_DEVICES)
@@ -556,19 +561,20 @@ class QModel:
         m, d = self._codes_k.shape[1], x.shape[1] - self._codes_k.shape[1]
         # knob values interact with the context, never with each other: the effects add up in log cost, so a
         # combination the logs lack is predicted from the values it shares with logged ones
-        constraints = [list(range(d)) + [d + j] for j in range(m)] if m else None
+        constraints = [list(range(d)) + [d + j] for j in range(m)] if m and not self.knob_interactions else None
         f = HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=0.1, max_leaf_nodes=31,
                                           min_samples_leaf=20, categorical_features=cat, early_stopping=False,
                                           random_state=seed, interaction_cst=constraints)
         xt, pt, yt, ct = x[train], phi[train], y[train], cfg[train]
         offset = np.zeros(yt.size)
-        # ridge: backfitting, f alone would absorb config effects its context correlates with; boosted: f sees the
-        # knob values, one round (more would move the shared knob effects into the logged configurations' gamma_c)
-        for _ in range(BACKFIT_ROUNDS if self.effects == "ridge" else 1):
+        gamma = np.zeros((pt.shape[1], len(self.config_ids)))  # boosted: f has the configurations' effects
+        if self.effects == "boosted":
+            f.fit(xt, yt)
+        for _ in range(BACKFIT_ROUNDS if self.effects == "ridge" else 0):
+            # ridge: backfitting, f alone would absorb config effects its context correlates with
             f.fit(xt, yt - offset)
             r = yt - f.predict(xt)
-            # (d x K): each configuration's sum of its knob values' effects (boosted: f has them already)
-            shared = self._fit_knobs(pt, r, ct) if self.effects == "ridge" else np.zeros((pt.shape[1], len(self.config_ids)))
+            shared = self._fit_knobs(pt, r, ct)  # (d x K): each configuration's sum of its knob values' effects
             gamma = shared + self._fit_gamma(pt, r - np.einsum("ij,ij->i", pt, shared[:, ct].T), ct)
             offset = np.einsum("ij,ij->i", pt, gamma[:, ct].T)
         pred = self._clip(f.predict(x[held]) + np.einsum("ij,ij->i", phi[held], gamma[:, cfg[held]].T))

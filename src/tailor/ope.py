@@ -518,13 +518,15 @@ class QModel:
         n = len(logs)
         self.config_ids = list(dict.fromkeys(list(config_ids or []) + list(dict.fromkeys(logs.config))))
         self._col = {c: k for k, c in enumerate(self.config_ids)}
-        self._design = self._knob_design(knobs)
+        values, described = self._knob_values(knobs)
+        self._design = self._knob_design(values, described)
         # boosted: the knob values are inputs of the boosted model (their ranks, NaN where undescribed)
         self.effects = effects if self._design is not None else "ridge"
         self.knob_interactions = bool(knob_interactions)
         if max_iter is None:
             max_iter = BOOSTED_ITER if self.effects == "boosted" else RIDGE_ITER
-        self._codes_k = self._knob_codes(knobs) if self.effects == "boosted" else np.zeros((len(self.config_ids), 0))
+        self._codes_k = (self._knob_codes(values, described) if self.effects == "boosted"
+                         else np.zeros((len(self.config_ids), 0)))
         self.knob_shrink = float(knob_shrink)
         self._sites, self._devices = _levels(logs.sni, MAX_SITES), _levels(logs.device, MAX_DEVICES)
         self._feats = sorted(logs.features)
@@ -611,49 +613,52 @@ class QModel:
             parts.append((self._fill(self._numeric(logs)) - self._mu) / self._sd)
         return np.hstack(parts)
 
-    def _knob_design(self, knobs: Mapping[str, Mapping[str, Any]] | None) -> np.ndarray | None:
-        """(K x m) indicators of each configuration's knob values, over the values of knobs that vary among the
-        configurations ``knobs`` describes; a configuration it does not describe has a row of zeros. None
-        without ``knobs``."""
+    def _knob_values(self, knobs: Mapping[str, Mapping[str, Any]] | None) -> tuple[dict, dict]:
+        """({knob: its values' reprs, sorted (numbers by value, others by repr)} over the knobs that vary among the
+        configurations ``knobs`` describes, {configuration: {knob: repr of its value}}); both empty without
+        ``knobs``. The one reading of ``knobs`` that the ridge's indicators and the boosted model's ranks share."""
         if knobs is None:
-            return None
+            return {}, {}
         if not isinstance(knobs, Mapping):
             raise ValueError(f"knobs: must map configuration ids to their knob values, got {type(knobs).__name__}")
-        described = {c: knobs[c] for c in self.config_ids if c in knobs}
-        values: dict[str, set] = {}
-        for c, kv in described.items():
+        described, seen = {}, {}
+        for c in self.config_ids:
+            if c not in knobs:
+                continue
+            kv = knobs[c]
             if not isinstance(kv, Mapping):
                 raise ValueError(f"knobs[{c!r}]: must map knob names to values, got {type(kv).__name__}")
+            described[c] = {str(k): repr(v) for k, v in kv.items()}
             for k, v in kv.items():
-                values.setdefault(str(k), set()).add(repr(v))
-        cols = [(k, v) for k in sorted(values) if len(values[k]) > 1 for v in sorted(values[k])]
-        index = {kv: j for j, kv in enumerate(cols)}
-        design = np.zeros((len(self.config_ids), len(cols)))
+                seen.setdefault(str(k), {})[repr(v)] = v
+        order = {k: sorted(vs, key=lambda r, vs=vs: (0, float(vs[r]), r) if isinstance(vs[r], (int, float))
+                           else (1, 0.0, r)) for k, vs in seen.items()}
+        return {k: order[k] for k in sorted(order) if len(order[k]) > 1}, described
+
+    def _knob_design(self, values: dict, described: dict) -> np.ndarray | None:
+        """(K x m) indicators of each configuration's knob values (:meth:`_knob_values`); a configuration ``knobs``
+        does not describe has a row of zeros. None when no knob varies."""
+        index = {(k, v): j for j, (k, v) in enumerate((k, v) for k in values for v in values[k])}
+        if not index:
+            return None
+        design = np.zeros((len(self.config_ids), len(index)))
         for c, kv in described.items():
             for k, v in kv.items():
-                j = index.get((str(k), repr(v)))
+                j = index.get((k, v))
                 if j is not None:
                     design[self._col[c], j] = 1.0
-        return design if cols else None
+        return design
 
-    def _knob_codes(self, knobs: Mapping[str, Mapping[str, Any]]) -> np.ndarray:
-        """(K x knobs) rank of each configuration's value of every knob that varies, among that knob's values sorted
-        (numbers by value, others by their repr; NaN: not described). Ordinal inputs, not categorical: with the
-        interaction constraints, scikit-learn's categorical splits did not add the knobs' effects up (a held-out
-        combination came out 36% off in the unit test), threshold splits on the ranks do."""
-        seen: dict[str, dict] = {}
-        for c in self.config_ids:
-            for k, v in (knobs.get(c) or {}).items():
-                seen.setdefault(str(k), {})[repr(v)] = v
-        values = {k: sorted(vs, key=lambda r, vs=vs: (0, float(vs[r]), r) if isinstance(vs[r], (int, float))
-                            else (1, 0.0, r)) for k, vs in seen.items()}
-        names = [k for k in sorted(values) if len(values[k]) > 1]
-        codes = np.full((len(self.config_ids), len(names)), np.nan)
-        for c, i in self._col.items():
-            kv = {str(k): repr(v) for k, v in (knobs.get(c) or {}).items()}
-            for j, k in enumerate(names):
+    def _knob_codes(self, values: dict, described: dict) -> np.ndarray:
+        """(K x knobs) rank of each configuration's value of every knob that varies (:meth:`_knob_values`; NaN: not
+        described). Ordinal inputs, not categorical: with the interaction constraints, scikit-learn's categorical
+        splits did not add the knobs' effects up (a held-out combination came out 36% off in the unit test),
+        threshold splits on the ranks do."""
+        codes = np.full((len(self.config_ids), len(values)), np.nan)
+        for c, kv in described.items():
+            for j, k in enumerate(values):
                 if k in kv:
-                    codes[i, j] = values[k].index(kv[k])
+                    codes[self._col[c], j] = values[k].index(kv[k])
         return codes
 
     def _fit_knobs(self, phi: np.ndarray, r: np.ndarray, cfg: np.ndarray) -> np.ndarray:
@@ -700,21 +705,22 @@ class QModel:
         return np.column_stack([self._cache[c] for c in config_ids]) if config_ids else np.zeros((len(logs), 0))
 
     def _predict(self, logs: Logs, todo: list[str]) -> None:
-        x, phi = self._x(logs), self._phi(logs)
+        x = self._x(logs)
+        phi = self._phi(logs) if self.effects == "ridge" else None  # boosted: gamma is zero
         ks = np.array([self._col.get(c, -1) for c in todo])
         same = logs is self._train and len(self._models) > 1
         pred = np.zeros((len(logs), len(todo)))
         m = self._codes_k.shape[1]
         for k, (f, gamma, edges, factors) in enumerate(self._models):
             rows = self._fold == k if same else slice(None)
-            coef = np.where(ks[None, :] >= 0, gamma[:, np.maximum(ks, 0)], 0.0)
             if m:  # the boosted model sees the configuration's knob values: one prediction per configuration
                 xr = x[rows]
                 base = np.column_stack([f.predict(np.hstack([xr, np.broadcast_to(
                     self._codes_k[kk] if kk >= 0 else np.full(m, np.nan), (xr.shape[0], m))])) for kk in ks])
             else:
-                base = f.predict(x[rows])[:, None]
-            logc = self._clip(base + phi[rows] @ coef)
+                coef = np.where(ks[None, :] >= 0, gamma[:, np.maximum(ks, 0)], 0.0)
+                base = f.predict(x[rows])[:, None] + phi[rows] @ coef
+            logc = self._clip(base)
             smear = factors[np.clip(np.searchsorted(edges, logc), 0, len(factors) - 1)]
             yhat = np.expm1(logc) * smear + (smear - 1.0)  # E[exp(logc + e)] - 1
             yhat = np.clip(yhat, 0.0, np.expm1(self._range[1]))

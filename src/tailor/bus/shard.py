@@ -552,9 +552,7 @@ class Shard:
         """{shard id: heartbeat document} of the shards whose heartbeat has not expired."""
         keys = await S.kv_keys(self.js, S.SHARDS, "alive.")
         out = {}
-        for k in keys:
-            if not k.startswith("alive."):
-                continue
+        for k in keys:  # all under "alive." (kv_keys filters)
             try:
                 entry = await self.shards.get(k)
             except (KeyNotFoundError, KeyDeletedError):

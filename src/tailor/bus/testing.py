@@ -74,12 +74,11 @@ async def kv_values(js, bucket: str, prefix: str) -> dict[str, bytes]:
         return {}
     keys = await S.kv_keys(js, bucket, prefix)
     out = {}
-    for k in keys:
-        if k.startswith(prefix):
-            try:
-                out[k] = (await kv.get(k)).value or b""
-            except (KeyNotFoundError, NotFoundError):
-                pass
+    for k in keys:  # all under prefix (kv_keys filters)
+        try:
+            out[k] = (await kv.get(k)).value or b""
+        except (KeyNotFoundError, NotFoundError):
+            pass
     return out
 
 

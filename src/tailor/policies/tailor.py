@@ -45,9 +45,9 @@ model's misfit, estimated by the method of moments per client group, shrunk to t
 contrasts of cells with >= 5 page loads of a configuration and of the baseline). The cell's level (its baseline's
 log time, prior: the level model) and its effects are estimated jointly (``cell_level='joint'``), so the cell's
 page loads inform an effect only through contrasts: a cell that has only ever played one configuration cannot tell
-its level from that configuration's effect and keeps the effect's prior uncertainty. A calibration factor ``kappa`` >= 1 scales the standard deviations when the squared
-prediction errors of non-baseline configurations exceed their predicted variance (noise + level +
-effect) by more than two standard errors.
+its level from that configuration's effect and keeps the effect's prior uncertainty. A calibration factor
+``kappa`` >= 1 scales the standard deviations when the squared prediction errors of non-baseline configurations
+exceed their predicted variance (noise + level + effect) by more than two standard errors.
 
 **Conservative exploration (Wu et al., ICML 2016).** Per client group (RTT bin x goodput bin of the
 connection's /24) the slack ``S_g = sum_s ((1 + alpha) * b_s - y_s)``, ``y_s`` the observed time of the

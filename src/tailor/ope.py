@@ -460,6 +460,8 @@ def table_value(table: Any, logs: Logs, *, q: Callable[[Logs, list[str]], np.nda
 
 BACKFIT_ROUNDS = 3
 EFFECTS = ("boosted", "ridge")  # how the cost model learns the configurations' effects (QModel's ``effects``)
+MIN_LOGGED = 50  # knob_interactions="logged": a configuration with fewer training records gets the additive model
+LOSSES = ("log", "poisson")  # what the boosted model fits (QModel's ``loss``)
 BOOSTED_ITER, RIDGE_ITER = 200, 100  # boosting iterations of f by default (boosted: f carries the knob effects too)
 MAX_SITES, MAX_DEVICES = 40, 10  # one-hot levels of the cost model (the most frequent; the rest share one)
 
@@ -493,21 +495,29 @@ class QModel:
     * ``effects="boosted"`` (the default when ``knobs`` are given): the knob values are inputs of f itself, each
       as the rank of its value, so the trees learn how a knob value's effect changes with the context (a band of
       RTTs or goodputs, an interaction with the site), which a linear-in-context beta_v cannot follow. A tree's
-      branch may use the context and one knob (scikit-learn's ``interaction_cst``; ``knob_interactions=True``
-      lifts it), so the knobs' effects add up in log cost as beta_v's do and a combination the logs lack is
-      predicted from the values it shares with logged ones. There is no beta_v, no gamma_c (on held-out worlds a
-      per-configuration ridge on f's residuals only added noise: docs/tailor.md, "Off-policy estimate") and no
-      backfitting; ``max_iter`` defaults to ``BOOSTED_ITER``. ``effects="ridge"``: the linear beta_v above.
+      branch may use the context and one knob (scikit-learn's ``interaction_cst``; everywhere with
+      ``knob_interactions=False``, ``True`` lifts it), so the knobs' effects add up in log cost as beta_v's do and
+      a combination the logs lack is predicted from the values it shares with logged ones. There is no beta_v,
+      no gamma_c (on held-out worlds a per-configuration ridge on f's residuals only added noise: docs/tailor.md,
+      "Off-policy estimate") and no backfitting; ``max_iter`` defaults to ``BOOSTED_ITER``. ``effects="ridge"``:
+      the linear beta_v above.
+    * ``knob_interactions="logged"`` (boosted; the default, chosen on held-out worlds: docs/tailor.md): two
+      models, the additive one above and one whose branches may use several knobs; a configuration with at least
+      ``min_logged`` training records is predicted by the second (its own interactions are in the logs), any
+      other by the first (a combination the logs lack or hold too rarely: trees with interactions put it in the
+      leaf of one of its knob values and miss the other's effect).
 
     Back-transformed with Duan's smearing factor per decile of the predicted log cost (the noise is
-    heteroscedastic), predictions clipped to the range of the logged costs. Cross-fitted (``folds``): records
-    the model was fitted on get predictions from the fold model that did not see them; other logs the mean of
-    the fold models.
+    heteroscedastic); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link instead, with no
+    back-transformation (an option: neutral on held-out worlds, docs/tailor.md). Predictions clipped to the range
+    of the logged costs. Cross-fitted (``folds``): records the model was fitted on get predictions from the fold
+    model that did not see them; other logs the mean of the fold models.
     """
 
     def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
                  max_iter: int | None = None, seed: int = 0, knobs: Mapping[str, Mapping[str, Any]] | None = None,
-                 knob_shrink: float = 20.0, effects: str = "boosted", knob_interactions: bool = False):
+                 knob_shrink: float = 20.0, effects: str = "boosted", knob_interactions: bool | str = "logged",
+                 loss: str = "log", min_logged: int = MIN_LOGGED):
         if not (isinstance(folds, (int, np.integer)) and folds >= 1):
             raise ValueError(f"folds: must be an integer >= 1, got {folds!r}")
         for name, v in (("shrink", shrink), ("knob_shrink", knob_shrink)):
@@ -515,6 +525,8 @@ class QModel:
                 raise ValueError(f"{name}: must be a finite number > 0, got {v!r}")
         if effects not in EFFECTS:
             raise ValueError(f"effects: must be one of {', '.join(EFFECTS)}, got {effects!r}")
+        if loss not in LOSSES:
+            raise ValueError(f"loss: must be one of {', '.join(LOSSES)}, got {loss!r}")
         n = len(logs)
         self.config_ids = list(dict.fromkeys(list(config_ids or []) + list(dict.fromkeys(logs.config))))
         self._col = {c: k for k, c in enumerate(self.config_ids)}
@@ -522,7 +534,12 @@ class QModel:
         self._design = self._knob_design(values, described)
         # boosted: the knob values are inputs of the boosted model (their ranks, NaN where undescribed)
         self.effects = effects if self._design is not None else "ridge"
-        self.knob_interactions = bool(knob_interactions)
+        if loss != "log" and self.effects != "boosted":
+            raise ValueError(f"loss: {loss!r} needs effects='boosted' and the configurations' knob values")
+        self.loss = loss
+        if not (isinstance(knob_interactions, bool) or knob_interactions == "logged"):
+            raise ValueError(f"knob_interactions: must be False, True or 'logged', got {knob_interactions!r}")
+        self.knob_interactions = knob_interactions
         if max_iter is None:
             max_iter = BOOSTED_ITER if self.effects == "boosted" else RIDGE_ITER
         self._codes_k = (self._knob_codes(values, described) if self.effects == "boosted"
@@ -546,15 +563,22 @@ class QModel:
         x = np.hstack([x, self._codes_k[cfg]])
         cat = np.zeros(x.shape[1], dtype=bool)
         cat[:2] = True
-        self._models = []  # (f, coefficients (d x K), smearing edges, smearing factors) per fold
+        # (f, coefficients (d x K), smearing edges, smearing factors) per fold; "logged": the additive model's folds
+        # first, then the one with interactions, which predicts the configurations with >= MIN_LOGGED records
+        self._models, self._free = [], []
+        if not (isinstance(min_logged, (int, np.integer)) and min_logged >= 0):
+            raise ValueError(f"min_logged: must be an integer >= 0, got {min_logged!r}")
+        self._logged = np.bincount(cfg, minlength=len(self.config_ids)) >= min_logged
         with threadpool_limits(1):  # OpenMP threads cost more than they bring at this size, above all on a busy machine
-            for k in range(folds):
-                self._fit_fold(k, folds, x, phi, y, cfg, cat, max_iter, seed)
+            for free in ([False, True] if knob_interactions == "logged" else [knob_interactions is True]):
+                for k in range(folds):
+                    (self._free if free and knob_interactions == "logged" else self._models).append(
+                        self._fit_fold(k, folds, x, phi, y, cfg, cat, max_iter, seed, free))
         self._train = logs
         self._cache: dict[str, np.ndarray] = {}
         self._cache_logs: Logs | None = None
 
-    def _fit_fold(self, k, folds, x, phi, y, cfg, cat, max_iter, seed) -> None:
+    def _fit_fold(self, k, folds, x, phi, y, cfg, cat, max_iter, seed, free) -> tuple:
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         n = y.size
@@ -563,13 +587,17 @@ class QModel:
         m, d = self._codes_k.shape[1], x.shape[1] - self._codes_k.shape[1]
         # knob values interact with the context, never with each other: the effects add up in log cost, so a
         # combination the logs lack is predicted from the values it shares with logged ones
-        constraints = [list(range(d)) + [d + j] for j in range(m)] if m and not self.knob_interactions else None
-        f = HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=0.1, max_leaf_nodes=31,
+        constraints = [list(range(d)) + [d + j] for j in range(m)] if m and not free else None
+        f = HistGradientBoostingRegressor(loss="squared_error" if self.loss == "log" else self.loss,
+                                          max_iter=max_iter, learning_rate=0.1, max_leaf_nodes=31,
                                           min_samples_leaf=20, categorical_features=cat, early_stopping=False,
                                           random_state=seed, interaction_cst=constraints)
         xt, pt, yt, ct = x[train], phi[train], y[train], cfg[train]
         offset = np.zeros(yt.size)
         gamma = np.zeros((pt.shape[1], len(self.config_ids)))  # boosted: f has the configurations' effects
+        if self.loss != "log":  # poisson: the mean of 1 + cost under a log link, no back-transformation
+            f.fit(xt, np.exp(yt))
+            return f, gamma, np.zeros(0), np.ones(1)
         if self.effects == "boosted":
             f.fit(xt, yt)
         for _ in range(BACKFIT_ROUNDS if self.effects == "ridge" else 0):
@@ -581,7 +609,7 @@ class QModel:
             offset = np.einsum("ij,ij->i", pt, gamma[:, ct].T)
         pred = self._clip(f.predict(x[held]) + np.einsum("ij,ij->i", phi[held], gamma[:, cfg[held]].T))
         edges, factors = _smearing(pred, y[held] - pred)
-        self._models.append((f, gamma, edges, factors))
+        return f, gamma, edges, factors
 
     # features
     def _numeric(self, logs: Logs) -> np.ndarray:
@@ -707,11 +735,23 @@ class QModel:
     def _predict(self, logs: Logs, todo: list[str]) -> None:
         x = self._x(logs)
         phi = self._phi(logs) if self.effects == "ridge" else None  # boosted: gamma is zero
-        ks = np.array([self._col.get(c, -1) for c in todo])
-        same = logs is self._train and len(self._models) > 1
+        ks = np.array([self._col.get(c, -1) for c in todo], dtype=np.int64)
         pred = np.zeros((len(logs), len(todo)))
+        free = (ks >= 0) & self._logged[np.maximum(ks, 0)] if self._free else np.zeros(len(ks), dtype=bool)
+        for models, cols in ((self._models, ~free), (self._free, free)):
+            if cols.any():
+                pred[:, cols] = self._predict_with(models, logs, x, phi, ks[cols])
+        for j, c in enumerate(todo):
+            self._cache[c] = pred[:, j]
+
+    def _predict_with(self, models: list, logs: Logs, x: np.ndarray, phi: np.ndarray | None,
+                      ks: np.ndarray) -> np.ndarray:
+        """Predicted costs (len(logs) x len(ks)) of the configurations of column indices ``ks`` (-1: unknown) by
+        one list of fold models."""
+        same = logs is self._train and len(models) > 1
+        pred = np.zeros((len(logs), len(ks)))
         m = self._codes_k.shape[1]
-        for k, (f, gamma, edges, factors) in enumerate(self._models):
+        for k, (f, gamma, edges, factors) in enumerate(models):
             rows = self._fold == k if same else slice(None)
             if m:  # the boosted model sees the configuration's knob values: one prediction per configuration
                 xr = x[rows]
@@ -720,16 +760,15 @@ class QModel:
             else:
                 coef = np.where(ks[None, :] >= 0, gamma[:, np.maximum(ks, 0)], 0.0)
                 base = f.predict(x[rows])[:, None] + phi[rows] @ coef
-            logc = self._clip(base)
+            logc = self._clip(np.log(base) if self.loss != "log" else base)  # poisson: f predicts 1 + cost
             smear = factors[np.clip(np.searchsorted(edges, logc), 0, len(factors) - 1)]
             yhat = np.expm1(logc) * smear + (smear - 1.0)  # E[exp(logc + e)] - 1
             yhat = np.clip(yhat, 0.0, np.expm1(self._range[1]))
             if same:
                 pred[rows] = yhat
             else:
-                pred += yhat / len(self._models)
-        for j, c in enumerate(todo):
-            self._cache[c] = pred[:, j]
+                pred += yhat / len(models)
+        return pred
 
 
 def _smearing(pred: np.ndarray, resid: np.ndarray, bins: int = 10) -> tuple[np.ndarray, np.ndarray]:

@@ -563,17 +563,19 @@ class QModel:
         x = np.hstack([x, self._codes_k[cfg]])
         cat = np.zeros(x.shape[1], dtype=bool)
         cat[:2] = True
-        # (f, coefficients (d x K), smearing edges, smearing factors) per fold; "logged": the additive model's folds
-        # first, then the one with interactions, which predicts the configurations with >= MIN_LOGGED records
-        self._models, self._free = [], []
+        # (f, coefficients (d x K), smearing edges, smearing factors) per fold; with "logged" (boosted only)
+        # _free holds the folds of the model with interactions, for the configurations with >= min_logged records
         if not (isinstance(min_logged, (int, np.integer)) and min_logged >= 0):
             raise ValueError(f"min_logged: must be an integer >= 0, got {min_logged!r}")
         self._logged = np.bincount(cfg, minlength=len(self.config_ids)) >= min_logged
+        both = knob_interactions == "logged" and self.effects == "boosted"
+        self._models, self._free = [], []
         with threadpool_limits(1):  # OpenMP threads cost more than they bring at this size, above all on a busy machine
-            for free in ([False, True] if knob_interactions == "logged" else [knob_interactions is True]):
-                for k in range(folds):
-                    (self._free if free and knob_interactions == "logged" else self._models).append(
-                        self._fit_fold(k, folds, x, phi, y, cfg, cat, max_iter, seed, free))
+            for k in range(folds):
+                self._models.append(self._fit_fold(k, folds, x, phi, y, cfg, cat, max_iter, seed,
+                                                   free=knob_interactions is True))
+                if both:
+                    self._free.append(self._fit_fold(k, folds, x, phi, y, cfg, cat, max_iter, seed, free=True))
         self._train = logs
         self._cache: dict[str, np.ndarray] = {}
         self._cache_logs: Logs | None = None
@@ -585,8 +587,8 @@ class QModel:
         train = self._fold != k if folds > 1 else np.ones(n, dtype=bool)
         held = ~train if folds > 1 else train
         m, d = self._codes_k.shape[1], x.shape[1] - self._codes_k.shape[1]
-        # knob values interact with the context, never with each other: the effects add up in log cost, so a
-        # combination the logs lack is predicted from the values it shares with logged ones
+        # unless free, knob values interact with the context, never with each other: the effects add up in log
+        # cost, so a combination the logs lack is predicted from the values it shares with logged ones
         constraints = [list(range(d)) + [d + j] for j in range(m)] if m and not free else None
         f = HistGradientBoostingRegressor(loss="squared_error" if self.loss == "log" else self.loss,
                                           max_iter=max_iter, learning_rate=0.1, max_leaf_nodes=31,

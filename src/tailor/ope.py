@@ -527,6 +527,10 @@ class QModel:
             raise ValueError(f"effects: must be one of {', '.join(EFFECTS)}, got {effects!r}")
         if loss not in LOSSES:
             raise ValueError(f"loss: must be one of {', '.join(LOSSES)}, got {loss!r}")
+        if not (isinstance(knob_interactions, bool) or knob_interactions == "logged"):
+            raise ValueError(f"knob_interactions: must be False, True or 'logged', got {knob_interactions!r}")
+        if not (isinstance(min_logged, (int, np.integer)) and min_logged >= 0):
+            raise ValueError(f"min_logged: must be an integer >= 0, got {min_logged!r}")
         n = len(logs)
         self.config_ids = list(dict.fromkeys(list(config_ids or []) + list(dict.fromkeys(logs.config))))
         self._col = {c: k for k, c in enumerate(self.config_ids)}
@@ -537,9 +541,6 @@ class QModel:
         if loss != "log" and self.effects != "boosted":
             raise ValueError(f"loss: {loss!r} needs effects='boosted' and the configurations' knob values")
         self.loss = loss
-        if not (isinstance(knob_interactions, bool) or knob_interactions == "logged"):
-            raise ValueError(f"knob_interactions: must be False, True or 'logged', got {knob_interactions!r}")
-        self.knob_interactions = knob_interactions
         if max_iter is None:
             max_iter = BOOSTED_ITER if self.effects == "boosted" else RIDGE_ITER
         self._codes_k = (self._knob_codes(values, described) if self.effects == "boosted"
@@ -565,8 +566,6 @@ class QModel:
         cat[:2] = True
         # (f, coefficients (d x K), smearing edges, smearing factors) per fold; with "logged" (boosted only)
         # _free holds the folds of the model with interactions, for the configurations with >= min_logged records
-        if not (isinstance(min_logged, (int, np.integer)) and min_logged >= 0):
-            raise ValueError(f"min_logged: must be an integer >= 0, got {min_logged!r}")
         self._logged = np.bincount(cfg, minlength=len(self.config_ids)) >= min_logged
         both = knob_interactions == "logged" and self.effects == "boosted"
         self._models, self._free = [], []

@@ -1,0 +1,164 @@
+"""Where `tailor`'s degraded page loads come from, and its baseline's (issue 12; docs/tailor.md "Where the degraded
+page loads are").
+
+    PYTHONPATH=src .venv/bin/python bench/tailor_degraded.py --scenario developing --seeds 100 101 [--oracle model]
+        [--sessions N] [--policy-param KEY=VALUE ...] [--top 5]
+
+Runs `tailor` alone on each world (space ``core``, online mode, as ``tailor evaluate``). Degraded = more than 5%
+slower than the registry default on the same page load (:data:`tailor.eval.metrics.DEGRADED`). Per seed it prints:
+
+* `tailor`'s degraded share by arm, and the baseline's own (``cdn-static``: its noise-free time more than 5% above
+  the default's, which with the simulator's common noise draw is the evaluation's degraded page load): what
+  `tailor` inherits wherever it stays on the baseline;
+* the baseline's degraded page loads by the true network condition (bandwidth x loss) and by client /24;
+* at the page loads `tailor` served on the baseline while the baseline was degraded: the policy's posterior (mean
+  and sd of the effect against the baseline, log time) of the default configuration and of the configuration that
+  is truly best there, against the true effects.
+
+Seeds below 100 are refused (0-4 are the acceptance seeds). Measurement only: a wrapper around the policy's
+``_select`` reads the posterior (:meth:`TailorPolicy._effects`) after each decision; it does not change the state
+the decisions depend on (``--check`` runs the world a second time without it and compares the choices).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from tailor.eval.metrics import DEGRADED
+from tailor.eval.run import _git_commit
+from tailor.oracle.select import select_oracle
+from tailor.policies import make_policy
+from tailor.policies.base import parse_policy_params
+from tailor.scenario import load_scenario
+from tailor.sim import SimConfig, Simulator
+
+HELD_OUT = 100
+SLOWER = np.log1p(DEGRADED)  # log time: more than 5% slower
+
+
+def observed(policy) -> list[tuple]:
+    """Wrap ``policy._select``: after each decision, record (config, arm, posterior mean, posterior sd)."""
+    log: list[tuple] = []
+    select = policy._select
+
+    def _select(ctx):
+        d = select(ctx)
+        cell = policy._cell(ctx)
+        mean, sd, _, _ = policy._effects(cell, policy._group(cell))
+        log.append((d.config, d.arm, mean.copy(), sd.copy()))
+        return d
+
+    policy._select = _select
+    return log
+
+
+def table(rows: list[tuple], header: str) -> None:
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+
+
+def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params: dict, top: int, check: bool) -> None:
+    oracle = select_oracle(oracle_name, "core")
+    scn = load_scenario(scenario, n_sessions=sessions, seed=seed, websites=sorted(oracle.websites))
+    sim = Simulator(scn, oracle, SimConfig(seed=seed))
+    policy = make_policy("tailor", seed=seed, **params)
+    log = observed(policy)
+    rec = sim.run(policy).records
+    if check:
+        again = sim.run(make_policy("tailor", seed=seed, **params)).records
+        same = bool(np.array_equal(again["config"], rec["config"]))
+        print(f"check: the unwrapped run makes the same choices: {same}")
+    world, space = sim.world, sim.space
+    labels = np.array([space.label(i) for i in range(len(space))])
+    base, default = policy._base, space.default_index
+    modes = np.array([world.tensor.mode(int(c), int(s)) for c, s in zip(world.cell, world.site)])
+    effect = np.log(modes / modes[:, [base]])  # true effect of every configuration against the baseline
+    clients = [world.sessions[s].client for s in world.session]
+    prefix = np.array([c.prefix for c in clients])
+    access = np.array([c.access for c in clients])
+    bw, _, loss, _ = oracle.grid.values(world.cell)
+    arm = np.array([a for _, a, _, _ in log])
+    deg = 1.0 - rec["plt_ms"] / rec["default_ms"] < -DEGRADED
+    base_deg = effect[:, default] < -SLOWER
+    n = len(deg)
+    print(f"\n## {scenario} / {oracle_name} / seed {seed}: {n:,} page loads; tailor degraded {100 * deg.mean():.2f}%, "
+          f"the baseline ({labels[base]}) {100 * base_deg.mean():.2f}%")
+    rows = []
+    for a in sorted(set(arm)):
+        on = arm == a
+        rows.append((a, int(on.sum()), f"{100 * deg[on].mean():.2f}%", int((deg & on).sum()),
+                     f"{100 * (deg & on).sum() / max(deg.sum(), 1):.0f}%"))
+    table(rows, "\n| arm | page loads | degraded in arm | degraded | share of tailor's degraded |")
+    cond: dict[tuple, list[int]] = {}
+    for b, lo, d in zip(bw, loss, base_deg):
+        v = cond.setdefault((float(b), float(lo)), [0, 0])
+        v[0] += 1
+        v[1] += int(d)
+    rows = [(f"{b:g}", f"{lo:g}", v[0], v[1], f"{100 * v[1] / v[0]:.0f}%")
+            for (b, lo), v in sorted(cond.items(), key=lambda kv: -kv[1][1])[:top] if v[1]]
+    table(rows, "\n| bandwidth Mbit/s | loss | page loads | baseline degraded | share |")
+    rows = []
+    for p in sorted(set(prefix[base_deg]), key=lambda p: -int((base_deg & (prefix == p)).sum()))[:top]:
+        on = prefix == p
+        rows.append((p, access[on][0], int(on.sum()), len(set(world.site[on].tolist())), int((base_deg & on).sum()),
+                     int((deg & on).sum()), int((on & (arm == "default")).sum())))
+    share = sum(r[4] for r in rows) / max(int(base_deg.sum()), 1)
+    table(rows, "\n| /24 | access | page loads | websites | baseline degraded | tailor degraded | on the baseline |")
+    print(f"(these {len(rows)} /24s hold {100 * share:.0f}% of the baseline's degraded page loads)")
+    if cond and max(v[1] for v in cond.values()):
+        (b, lo), _ = max(cond.items(), key=lambda kv: kv[1][1])
+        on = np.flatnonzero((bw == b) & (loss == lo) & (rec["config"] != base))
+        rows = []
+        for c in sorted(set(rec["config"][on].tolist()), key=lambda c: -int((rec["config"][on] == c).sum()))[:top]:
+            at = on[rec["config"][on] == c]
+            rows.append((labels[c], ", ".join(f"{a} {int((arm[at] == a).sum())}" for a in sorted(set(arm[at]))),
+                         f"{effect[at, c].mean():+.3f}", f"{np.mean([log[i][2][c] for i in at]):+.3f}",
+                         f"{np.mean([log[i][3][c] for i in at]):.3f}"))
+        best = effect[(bw == b) & (loss == lo)].mean(axis=0).argmin()
+        table(rows, f"\nin the condition with the most ({b:g} Mbit/s, loss {lo:g}): `tailor`'s {len(on)} page loads off "
+                    f"the baseline\n| configuration | arms | true effect (mean) | posterior mean | posterior sd |")
+        print(f"(the configuration best there on average: {labels[best]}, true effect "
+              f"{effect[(bw == b) & (loss == lo), best].mean():+.3f}, played {int((rec['config'][on] == best).sum())} "
+              "times)")
+    stuck = np.flatnonzero(base_deg & (rec["config"] == base))
+    if len(stuck):
+        mean = np.array([log[i][2] for i in stuck])
+        sd = np.array([log[i][3] for i in stuck])
+        best = effect[stuck].argmin(axis=1)
+        k = np.arange(len(stuck))
+        print(f"\n{len(stuck)} page loads served on the baseline while it was degraded; medians over them (log time "
+              "against the baseline):")
+        print(f"- default ({labels[default]}): true {np.median(effect[stuck, default]):+.3f}, posterior mean "
+              f"{np.median(mean[:, default]):+.3f}, sd {np.median(sd[:, default]):.3f}; the posterior's sign is right "
+              f"at {100 * np.mean(mean[:, default] < 0):.0f}%")
+        print(f"- the truly best configuration: true {np.median(effect[stuck, best]):+.3f}, posterior mean "
+              f"{np.median(mean[k, best]):+.3f}, sd {np.median(sd[k, best]):.3f}; its UCB (mean + {policy.beta:g} sd) "
+              f"below 0 at {100 * np.mean(mean[k, best] + policy.beta * sd[k, best] < 0):.0f}%")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scenario", default="developing")
+    ap.add_argument("--oracle", default="model")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[100])
+    ap.add_argument("--sessions", type=int, default=None)
+    ap.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--top", type=int, default=5, help="rows of the condition and /24 tables")
+    ap.add_argument("--check", action="store_true", help="also run unwrapped and compare the choices")
+    args = ap.parse_args()
+    if min(args.seeds) < HELD_OUT:
+        raise SystemExit(f"bench/tailor_degraded.py: seeds must be >= {HELD_OUT} (0-4 are the acceptance seeds)")
+    params = dict(parse_policy_params(args.policy_param, "bench/tailor_degraded.py"))
+    started = time.perf_counter()
+    for seed in args.seeds:
+        one(args.scenario, args.oracle, seed, args.sessions, params, args.top, args.check)
+    print(f"\ncommit {_git_commit()}, {time.strftime('%Y-%m-%dT%H:%M:%S%z')}, {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,16 @@ recovery ended at and the time the window spent below the path's BDP while in fl
     PYTHONPATH=src .venv/bin/python bench/h2_cwnd_trace.py --condition 3g-peak --page page-light-1 --reps 4 \\
         --json bench/results/h2_cwnd_trace.json
 
+With ``--object-bytes N`` it fetches one object of N bytes with curl instead (tb-v2's object workload, the TLS
+port): MODEL.md section 6a's `wpt-dsl` 50 KB cell, where whether the one dropped segment is the response's tail
+(found by a probe timeout) or has segments after it (found by SACK) decides the time::
+
+    PYTHONPATH=src .venv/bin/python bench/h2_cwnd_trace.py --condition wpt-dsl --object-bytes 51200 --ccs cubic,bbr \\
+        --http 1.1,2 --iw 10 --reps 3 --json bench/results/object_ack_trace.json
+
+Per connection it also reports the retransmissions' times and the longest wait for the next cumulative ACK with the
+bytes still unacked when it began.
+
 Needs root, Chromium, nginx and tailor-link (``./tailor --help`` builds it); the machine to itself (a measurement).
 """
 
@@ -35,6 +45,7 @@ from tailor.testbed.campaign import harness
 from tailor.testbed.conditions import CATALOG
 from tailor.testbed.pages import H1_PORT, H2_PORT
 from tailor.testbed.plan import Plan, Transport
+from tailor.testbed.server import TLS_PORT
 
 EVENTS = ("tcp/tcp_probe", "tcp/tcp_cong_state_set", "tcp/tcp_retransmit_skb")
 STATES = {0: "open", 1: "disorder", 2: "cwr", 3: "recovery", 4: "loss"}
@@ -44,7 +55,8 @@ _FIELD = re.compile(r"(\w+)=(\S+)")
 
 
 class Tracer:
-    """A tracefs instance of our own with the three TCP tracepoints, filtered to the pages' server ports."""
+    """A tracefs instance of our own with the three TCP tracepoints, filtered to the pages' and objects' server
+    ports."""
 
     def __init__(self, name: str = "tailor-cwnd"):
         self.mounted = None
@@ -60,7 +72,7 @@ class Tracer:
             self.dir.mkdir()
             (self.dir / "trace_clock").write_text("mono")
             (self.dir / "buffer_size_kb").write_text("65536")
-            ports = f"sport == {H2_PORT} || sport == {H1_PORT}"
+            ports = f"sport == {H2_PORT} || sport == {H1_PORT} || sport == {TLS_PORT}"  # pages, objects
             for ev in EVENTS:
                 (self.dir / "events" / ev / "filter").write_text(ports)
                 (self.dir / "events" / ev / "enable").write_text("1")
@@ -146,6 +158,11 @@ def summary(conn: dict, bdp: float) -> dict | None:
             ends.append(int(cwnd[min(np.searchsorted(t, nxt_s[0]), len(cwnd) - 1)]))
     first = next((ts for ts, st in states if st in (3, 4)), None)  # the window when the first episode began
     at_first = int(cwnd[max(np.searchsorted(t, first) - 1, 0)]) if first is not None else None
+    # the longest wait for the next cumulative ACK while data was in flight, and how many bytes were still unacked
+    # when it began (1448 = only the last segment: a lost tail, found by a probe timeout)
+    moved = np.concatenate([[0], np.flatnonzero(((una[1:] - una[:-1]) % 2**32) > 0) + 1])
+    gaps = np.diff(t[moved])
+    k = int(np.argmax(gaps)) if len(gaps) else None
     step = max(1, len(t) // 60)
     series = [[round(1000 * (t[i] - t[0])), int(cwnd[i]), int(p[i][2]) if p[i][2] < 1e6 else -1,
                int((nxt[i] - una[i]) % 2**32) // MSS] for i in range(0, len(t), step)]
@@ -155,7 +172,10 @@ def summary(conn: dict, bdp: float) -> dict | None:
             "below_bdp_busy_ms": round(1000 * float(dt[inflight & (cwnd < bdp)].sum()), 1),
             "cwnd_max": int(cwnd.max()), "srtt_max_ms": round(max(x[3] for x in p) / 1000, 1),  # tcp_probe: srtt_us >> 3 = microseconds
             "recoveries": sum(1 for _, s in states if s == 3), "timeouts": sum(1 for _, s in states if s == 4),
-            "retransmits": len(conn["retrans"]), "cwnd_at_first_episode": at_first, "cwnd_after_episodes": ends,
+            "retransmits": len(conn["retrans"]), "retransmit_ms": [round(1000 * (x - t[0])) for x in conn["retrans"]],
+            "longest_ack_wait_ms": round(1000 * float(gaps[k]), 1) if k is not None else None,
+            "unacked_at_longest_wait": int((una[-1] - una[moved[k]]) % 2**32) if k is not None else None,
+            "cwnd_at_first_episode": at_first, "cwnd_after_episodes": ends,
             "ms_in": {k: round(1000 * v, 1) for k, v in time_in.items()}}
 
 
@@ -170,6 +190,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--condition", default="3g-peak", choices=sorted(CATALOG))
     ap.add_argument("--page", default="page-light-1")
+    ap.add_argument("--object-bytes", type=int, default=None,
+                    help="fetch one object of this size with curl instead of a page with Chromium")
     ap.add_argument("--ccs", default="cubic,bbr")
     ap.add_argument("--http", default="2", help="comma-separated HTTP versions (2, 1.1)")
     ap.add_argument("--iw", type=int, default=10)
@@ -180,8 +202,9 @@ def main() -> None:
         raise SystemExit("bench/h2_cwnd_trace.py: needs root (network namespaces and tracefs)")
     cond = CATALOG[args.condition]
     bdp = cond.down_mbps * 1e6 / 8 * cond.rtt_ms / 1000 / MSS
-    plan = Plan([cond], [], [Transport(cc, args.iw) for cc in args.ccs.split(",")], http=args.http.split(","),
-                reps=args.reps, max_fetch_s=120.0, pages=[args.page])
+    plan = Plan([cond], [args.object_bytes] if args.object_bytes else [],
+                [Transport(cc, args.iw) for cc in args.ccs.split(",")], http=args.http.split(","), reps=args.reps,
+                max_fetch_s=120.0, pages=[] if args.object_bytes else [args.page])
     started = time.time()
     offset = time.time() - time.monotonic()
     results: dict = {}
@@ -198,7 +221,7 @@ def main() -> None:
                 loads = sorted((r for r in rows if r.get("ok")), key=lambda r: r["started_unix"])
                 n_conns = 0
                 for r in loads:  # a load's events: those inside its wall time
-                    end = r["started_unix"] + r["wall_ms"] / 1000
+                    end = r["started_unix"] + (r["wall_ms"] if "wall_ms" in r else r["completion_ms"] + 500.0) / 1000
                     conns = connections([e for e in events if r["started_unix"] <= e["t"] < end])
                     n_conns += len(conns)
                     own = [s for s in (summary(c, bdp) for c in conns.values()) if s]
@@ -224,14 +247,17 @@ def main() -> None:
             print(f"  PLT {ld['plt_ms']:7.0f} ms, {len(ld['connections'])} conns; largest: {big.get('bytes', 0) // 1024} KB "
                   f"busy {big.get('busy_ms')} ms (cwnd < BDP {big.get('below_bdp_busy_ms')} ms), cwnd max "
                   f"{big.get('cwnd_max')} (at the first episode {big.get('cwnd_at_first_episode')}), recoveries {big.get('recoveries')}, timeouts {big.get('timeouts')}, "
-                  f"retrans {big.get('retransmits')}, cwnd after {big.get('cwnd_after_episodes')}, in {big.get('ms_in')}")
+                  f"retrans {big.get('retransmits')} at {big.get('retransmit_ms')} ms, cwnd after "
+                  f"{big.get('cwnd_after_episodes')}, in {big.get('ms_in')}; longest ACK wait {big.get('longest_ack_wait_ms')} ms "
+                  f"with {big.get('unacked_at_longest_wait')} bytes unacked")
     if args.json:
-        meta = {"condition": args.condition, "page": args.page, "iw": args.iw, "reps": args.reps, "bdp_segments": bdp,
+        what = f"object {args.object_bytes} B" if args.object_bytes else args.page
+        meta = {"condition": args.condition, "page": what, "iw": args.iw, "reps": args.reps, "bdp_segments": bdp,
                 "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_s": round(time.time() - started, 1),
                 "load1": os.getloadavg()[0]}
         path = Path(args.json)
         data = json.loads(path.read_text()) if path.exists() else {}
-        data[f"{args.condition} {args.page} IW {args.iw} HTTP/{args.http}"] = {"meta": meta, "loads": results}
+        data[f"{args.condition} {what} IW {args.iw} HTTP/{args.http}"] = {"meta": meta, "loads": results}
         path.write_text(json.dumps(data, separators=(",", ":")) + "\n")
 
 

@@ -103,7 +103,7 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
             for (b, lo), v in sorted(cond.items(), key=lambda kv: -kv[1][1])[:top] if v[1]]
     table(rows, "\n| bandwidth Mbit/s | loss | page loads | baseline degraded | share |")
     rows = []
-    for p in sorted(set(prefix[base_deg]), key=lambda p: -int((base_deg & (prefix == p)).sum()))[:top]:
+    for p in sorted(set(prefix[base_deg]), key=lambda p: (-int((base_deg & (prefix == p)).sum()), p))[:top]:
         on = prefix == p
         rows.append((p, access[on][0], int(on.sum()), len(set(world.site[on].tolist())), int((base_deg & on).sum()),
                      int((deg & on).sum()), int((on & (arm == "default")).sum())))
@@ -114,7 +114,7 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
         (b, lo), _ = max(cond.items(), key=lambda kv: kv[1][1])
         on = np.flatnonzero((bw == b) & (loss == lo) & (rec["config"] != base))
         rows = []
-        for c in sorted(set(rec["config"][on].tolist()), key=lambda c: -int((rec["config"][on] == c).sum()))[:top]:
+        for c in sorted(set(rec["config"][on].tolist()), key=lambda c: (-int((rec["config"][on] == c).sum()), c))[:top]:
             at = on[rec["config"][on] == c]
             rows.append((labels[c], ", ".join(f"{a} {int((arm[at] == a).sum())}" for a in sorted(set(arm[at]))),
                          f"{effect[at, c].mean():+.3f}", f"{np.mean([log[i][2][c] for i in at]):+.3f}",

@@ -40,7 +40,7 @@ SLOWER = np.log1p(DEGRADED)  # log time: more than 5% slower
 
 
 def observed(policy) -> list[tuple]:
-    """Wrap ``policy._select``: after each decision, record (config, arm, posterior mean, posterior sd)."""
+    """Wrap ``policy._select``: after each decision, record (arm, posterior mean, posterior sd)."""
     log: list[tuple] = []
     select = policy._select
 
@@ -48,7 +48,7 @@ def observed(policy) -> list[tuple]:
         d = select(ctx)
         cell = policy._cell(ctx)
         mean, sd, _, _ = policy._effects(cell, policy._group(cell))
-        log.append((d.config, d.arm, mean.copy(), sd.copy()))
+        log.append((d.arm, mean.copy(), sd.copy()))
         return d
 
     policy._select = _select
@@ -82,7 +82,9 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
     prefix = np.array([c.prefix for c in clients])
     access = np.array([c.access for c in clients])
     bw, _, loss, _ = oracle.grid.values(world.cell)
-    arm = np.array([a for _, a, _, _ in log])
+    arm = np.array([a for a, _, _ in log])
+    post_mean = np.array([m for _, m, _ in log])  # page loads x configurations
+    post_sd = np.array([v for _, _, v in log])
     deg = 1.0 - rec["plt_ms"] / rec["default_ms"] < -DEGRADED
     base_deg = effect[:, default] < -SLOWER
     n = len(deg)
@@ -112,23 +114,22 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
     print(f"(these {len(rows)} /24s hold {100 * share:.0f}% of the baseline's degraded page loads)")
     if cond and max(v[1] for v in cond.values()):
         (b, lo), _ = max(cond.items(), key=lambda kv: kv[1][1])
-        on = np.flatnonzero((bw == b) & (loss == lo) & (rec["config"] != base))
+        here = (bw == b) & (loss == lo)
+        on = np.flatnonzero(here & (rec["config"] != base))
         rows = []
         for c in sorted(set(rec["config"][on].tolist()), key=lambda c: (-int((rec["config"][on] == c).sum()), c))[:top]:
             at = on[rec["config"][on] == c]
             rows.append((labels[c], ", ".join(f"{a} {int((arm[at] == a).sum())}" for a in sorted(set(arm[at]))),
-                         f"{effect[at, c].mean():+.3f}", f"{np.mean([log[i][2][c] for i in at]):+.3f}",
-                         f"{np.mean([log[i][3][c] for i in at]):.3f}"))
-        best = effect[(bw == b) & (loss == lo)].mean(axis=0).argmin()
+                         f"{effect[at, c].mean():+.3f}", f"{post_mean[at, c].mean():+.3f}", f"{post_sd[at, c].mean():.3f}"))
+        best = effect[here].mean(axis=0).argmin()
         table(rows, f"\nin the condition with the most ({b:g} Mbit/s, loss {lo:g}): `tailor`'s {len(on)} page loads off "
                     f"the baseline\n| configuration | arms | true effect (mean) | posterior mean | posterior sd |")
         print(f"(the configuration best there on average: {labels[best]}, true effect "
-              f"{effect[(bw == b) & (loss == lo), best].mean():+.3f}, played {int((rec['config'][on] == best).sum())} "
+              f"{effect[here, best].mean():+.3f}, played {int((rec['config'][on] == best).sum())} "
               "times)")
     stuck = np.flatnonzero(base_deg & (rec["config"] == base))
     if len(stuck):
-        mean = np.array([log[i][2] for i in stuck])
-        sd = np.array([log[i][3] for i in stuck])
+        mean, sd = post_mean[stuck], post_sd[stuck]
         best = effect[stuck].argmin(axis=1)
         k = np.arange(len(stuck))
         print(f"\n{len(stuck)} page loads served on the baseline while it was degraded; medians over them (log time "

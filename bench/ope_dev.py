@@ -11,7 +11,10 @@ Usage::
 Every (scenario, oracle, seed) world is prepared as ``tailor evaluate`` does (space ``core``, online mode,
 UpdateFreq 300 s); ``configanator``, ``tailor`` and ``cdn-static`` run on it, configanator's page loads become the
 logs (:func:`tailor.eval.offpolicy.sim_logs`), and each ``--variant`` (``name:JSON``: keyword arguments of
-``fit_q_model``, and ``"clip"``, the importance weights' clip of ``table_value``; ``"knobs": false`` drops the knob values, which are otherwise the space's, as ``tailor evaluate``
+``fit_q_model``, and ``"clip"``, the importance weights' clip of ``table_value``; ``"calibrate"``, a trial not
+kept in the estimator: each configuration's prediction times the ratio of its logged records' observed to their
+cross-fitted predicted total, shrunk by that many pseudo-records (a number), or one ratio over every record
+(``"global"``); ``"knobs": false`` drops the knob values, which are otherwise the space's, as ``tailor evaluate``
 passes them) values the two final tables with :func:`tailor.ope.table_value`. The truth is the table's expected
 time on the same page loads and noise draws (``_Truth``). Prints DR and DM relative error and whether the 95% DR
 interval covers the truth, per run, then per variant the mean absolute error, the share within 5% and the coverage.
@@ -50,14 +53,42 @@ def parse_variant(text: str) -> tuple[str, dict]:
     kw = json.loads(params) if params.strip() else {}
     if not isinstance(kw, dict):
         raise SystemExit(f"bench/ope_dev.py: --variant {text!r}: the part after ':' must be a JSON object")
+    cal = kw.get("calibrate")
+    if cal is not None and cal != "global" and not (isinstance(cal, (int, float)) and not isinstance(cal, bool)
+                                                    and 0 <= cal < float("inf")):
+        raise SystemExit(f"bench/ope_dev.py: --variant {text!r}: calibrate must be \"global\" or a number >= 0")
     return name, kw
 
 
+NOT_Q = ("clip", "calibrate")  # variant keys that are not fit_q_model's
+
+
 def q_kwargs(kw: dict, sim: Simulator) -> dict:
-    out = {k: v for k, v in kw.items() if k != "clip"}
+    out = {k: v for k, v in kw.items() if k not in NOT_Q}
     if out.pop("knobs", True):
         out["knobs"] = {c.id: dict(c) for c in sim.space.configs}
     return out
+
+
+def calibrated(q, logs, calibrate):
+    """The cost model ``q`` with each configuration's predictions scaled by its logged records' observed over
+    cross-fitted predicted total (shrunk by ``calibrate`` pseudo-records at the configuration's mean prediction),
+    or by one ratio over all records (``"global"``); ``None``: ``q`` itself."""
+    if calibrate is None:
+        return q
+    logged = list(dict.fromkeys(logs.config))
+    col = {c: k for k, c in enumerate(logged)}
+    k = np.fromiter((col[c] for c in logs.config), dtype=np.int64, count=len(logs))
+    pred = q(logs, logged)[np.arange(len(logs)), k]
+    obs, fit, n = (np.bincount(k, w, len(logged)) for w in (logs.cost, pred, np.ones(len(logs))))
+    if calibrate == "global":
+        ratio = dict.fromkeys(logged, float(obs.sum() / fit.sum()))
+        default = ratio[logged[0]]
+    else:
+        m = fit / np.maximum(n, 1)
+        ratio = {c: float((obs[j] + calibrate * m[j]) / (fit[j] + calibrate * m[j])) for j, c in enumerate(logged)}
+        default = 1.0
+    return lambda lg, cols: q(lg, cols) * np.array([ratio.get(c, default) for c in cols])[None, :]
 
 
 def run_cell(scenario: str, oracle_name: str, seed: int, variants: list[tuple[str, dict]]) -> dict:
@@ -74,10 +105,10 @@ def run_cell(scenario: str, oracle_name: str, seed: int, variants: list[tuple[st
     for label, kw in variants:
         started = time.perf_counter()
         qkw = q_kwargs(kw, sim)
-        key = json.dumps({k: v for k, v in kw.items() if k != "clip"}, sort_keys=True)
-        if key not in models:  # variants that differ only in the weights' clip share one cost model
+        key = json.dumps({k: v for k, v in kw.items() if k not in NOT_Q}, sort_keys=True)
+        if key not in models:  # variants that differ only in the weights' clip or the calibration share a model
             models[key] = fit_q_model(logs, ids, **qkw)
-        q = models[key]
+        q = calibrated(models[key], logs, kw.get("calibrate"))
         for target in TARGETS:
             table = DecisionTable(runs[target].final_table, validated=True)
             tp = target_probabilities(table, logs)

@@ -462,6 +462,7 @@ BACKFIT_ROUNDS = 3
 EFFECTS = ("boosted", "ridge")  # how the cost model learns the configurations' effects (QModel's ``effects``)
 MIN_LOGGED = 50  # knob_interactions="logged": a configuration with fewer training records gets the additive model
 LOSSES = ("log", "poisson")  # what the boosted model fits (QModel's ``loss``)
+SMEARINGS = ("mean", "ratio")  # how a log-cost prediction is back-transformed (QModel's ``smearing``)
 BOOSTED_ITER, RIDGE_ITER = 200, 100  # boosting iterations of f by default (boosted: f carries the knob effects too)
 MAX_SITES, MAX_DEVICES = 40, 10  # one-hot levels of the cost model (the most frequent; the rest share one)
 
@@ -508,7 +509,8 @@ class QModel:
       leaf of one of its knob values and miss the other's effect).
 
     Back-transformed with Duan's smearing factor per decile of the predicted log cost (the noise is
-    heteroscedastic); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link instead, with no
+    heteroscedastic; ``smearing="ratio"``: the decile's observed over predicted total instead of its mean
+    exp(residual), see :func:`_smearing`); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link instead, with no
     back-transformation (an option: neutral on held-out worlds, docs/tailor.md). Predictions clipped to the range
     of the logged costs. Cross-fitted (``folds``): records the model was fitted on get predictions from the fold
     model that did not see them; other logs the mean of the fold models.
@@ -517,7 +519,7 @@ class QModel:
     def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
                  max_iter: int | None = None, seed: int = 0, knobs: Mapping[str, Mapping[str, Any]] | None = None,
                  knob_shrink: float = 20.0, effects: str = "boosted", knob_interactions: bool | str = "logged",
-                 loss: str = "log", min_logged: int = MIN_LOGGED):
+                 loss: str = "log", min_logged: int = MIN_LOGGED, smearing: str = "mean"):
         if not (isinstance(folds, (int, np.integer)) and folds >= 1):
             raise ValueError(f"folds: must be an integer >= 1, got {folds!r}")
         for name, v in (("shrink", shrink), ("knob_shrink", knob_shrink)):
@@ -527,6 +529,9 @@ class QModel:
             raise ValueError(f"effects: must be one of {', '.join(EFFECTS)}, got {effects!r}")
         if loss not in LOSSES:
             raise ValueError(f"loss: must be one of {', '.join(LOSSES)}, got {loss!r}")
+        if smearing not in SMEARINGS:
+            raise ValueError(f"smearing: must be one of {', '.join(SMEARINGS)}, got {smearing!r}")
+        self.smearing = smearing
         if not (isinstance(knob_interactions, bool) or knob_interactions == "logged"):
             raise ValueError(f"knob_interactions: must be False, True or 'logged', got {knob_interactions!r}")
         if not (isinstance(min_logged, (int, np.integer)) and min_logged >= 0):
@@ -609,7 +614,7 @@ class QModel:
             gamma = shared + self._fit_gamma(pt, r - np.einsum("ij,ij->i", pt, shared[:, ct].T), ct)
             offset = np.einsum("ij,ij->i", pt, gamma[:, ct].T)
         pred = self._clip(f.predict(x[held]) + np.einsum("ij,ij->i", phi[held], gamma[:, cfg[held]].T))
-        edges, factors = _smearing(pred, y[held] - pred)
+        edges, factors = _smearing(pred, y[held] - pred, ratio=self.smearing == "ratio")
         return f, gamma, edges, factors
 
     # features
@@ -772,13 +777,24 @@ class QModel:
         return pred
 
 
-def _smearing(pred: np.ndarray, resid: np.ndarray, bins: int = 10) -> tuple[np.ndarray, np.ndarray]:
-    """Duan's smearing factor mean(exp(residual)) per quantile bin of the prediction: (inner edges, factors)."""
+def _smearing(pred: np.ndarray, resid: np.ndarray, bins: int = 10, ratio: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Duan's smearing factor mean(exp(residual)) per quantile bin of the prediction: (inner edges, factors).
+    ``ratio``: the ratio of the bin's observed to predicted totals, sum(exp(pred + residual)) / sum(exp(pred)), the
+    residuals weighted by the predictions, so that the back-transformed predictions add up to the observed total in
+    every bin even where the predictions and the residuals are correlated inside it (out-of-fold predictions spread
+    wider than the truth: the highest come back down)."""
+    def factor(p: np.ndarray, r: np.ndarray) -> float:
+        if not r.size:
+            return 1.0
+        if not ratio:
+            return float(np.mean(np.exp(r)))
+        w = np.exp(p - p.max())
+        return float(np.sum(w * np.exp(r)) / np.sum(w))
     if pred.size < 2 * bins:
-        return np.zeros(0), np.array([float(np.mean(np.exp(resid))) if resid.size else 1.0])
+        return np.zeros(0), np.array([factor(pred, resid)])
     edges = np.quantile(pred, np.linspace(0, 1, bins + 1)[1:-1])
     which = np.searchsorted(edges, pred)
-    factors = np.array([np.mean(np.exp(resid[which == b])) if np.any(which == b) else 1.0 for b in range(bins)])
+    factors = np.array([factor(pred[which == b], resid[which == b]) for b in range(bins)])
     return edges, factors
 
 

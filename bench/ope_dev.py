@@ -81,9 +81,8 @@ def calibrated(q, logs, calibrate):
     k = np.fromiter((col[c] for c in logs.config), dtype=np.int64, count=len(logs))
     pred = q(logs, logged)[np.arange(len(logs)), k]
     obs, fit, n = (np.bincount(k, w, len(logged)) for w in (logs.cost, pred, np.ones(len(logs))))
-    if calibrate == "global":
-        ratio = dict.fromkeys(logged, float(obs.sum() / fit.sum()))
-        default = ratio[logged[0]]
+    if calibrate == "global":  # every configuration, logged or not, gets the one ratio
+        ratio, default = {}, float(obs.sum() / fit.sum())
     else:
         m = fit / np.maximum(n, 1)
         ratio = {c: float((obs[j] + calibrate * m[j]) / (fit[j] + calibrate * m[j])) for j, c in enumerate(logged)}

@@ -280,7 +280,6 @@ def test_poisson_loss_predicts_the_mean_of_a_configuration_with_less_noise_than_
         fit_q_model(logs, knobs=knobs, effects="ridge", loss="poisson")
 
 
-
 def test_ratio_smearing_makes_the_cross_fitted_predictions_add_up_to_the_observed_total():
     """``smearing="ratio"`` back-transforms a decile of predicted log cost by its observed over predicted total, so
     the logged records' cross-fitted predictions add up to what they measured (the estimand is a mean); Duan's mean
@@ -303,6 +302,7 @@ def test_ratio_smearing_makes_the_cross_fitted_predictions_add_up_to_the_observe
     assert abs(gap["mean"]) > 0.005, gap
     with pytest.raises(ValueError, match="smearing"):
         fit_q_model(logs, knobs=knobs, smearing="median")
+
 
 # -- the manager's publication rule
 def est(value: float, half: float, n: int = 1000) -> Estimate:

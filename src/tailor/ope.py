@@ -510,8 +510,8 @@ class QModel:
 
     Back-transformed with Duan's smearing factor per decile of the predicted log cost (the noise is
     heteroscedastic; ``smearing="ratio"``: the decile's observed over predicted total instead of its mean
-    exp(residual), see :func:`_smearing`); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link instead, with no
-    back-transformation (an option: neutral on held-out worlds, docs/tailor.md). Predictions clipped to the range
+    exp(residual), see :func:`_smearing`); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link
+    instead, with no back-transformation (an option: neutral on held-out worlds, docs/tailor.md). Predictions clipped to the range
     of the logged costs. Cross-fitted (``folds``): records the model was fitted on get predictions from the fold
     model that did not see them; other logs the mean of the fold models.
     """

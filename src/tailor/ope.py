@@ -508,9 +508,10 @@ class QModel:
       other by the first (a combination the logs lack or hold too rarely: trees with interactions put it in the
       leaf of one of its knob values and miss the other's effect).
 
-    Back-transformed with Duan's smearing factor per decile of the predicted log cost (the noise is
-    heteroscedastic; ``smearing="ratio"``: the decile's observed over predicted total instead of its mean
-    exp(residual), see :func:`_smearing`); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link
+    Back-transformed per decile of the predicted log cost (the noise is heteroscedastic) by the decile's observed
+    over predicted total (``smearing="ratio"``, the default, chosen on held-out worlds: docs/tailor.md; cross-fitted
+    predictions spread wider than the truth, and Duan's mean exp(residual), ``smearing="mean"``, then inflates the
+    mean, see :func:`_smearing`); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link
     instead, with no back-transformation (an option: neutral on held-out worlds, docs/tailor.md). Predictions clipped to the range
     of the logged costs. Cross-fitted (``folds``): records the model was fitted on get predictions from the fold
     model that did not see them; other logs the mean of the fold models.
@@ -519,7 +520,7 @@ class QModel:
     def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
                  max_iter: int | None = None, seed: int = 0, knobs: Mapping[str, Mapping[str, Any]] | None = None,
                  knob_shrink: float = 20.0, effects: str = "boosted", knob_interactions: bool | str = "logged",
-                 loss: str = "log", min_logged: int = MIN_LOGGED, smearing: str = "mean"):
+                 loss: str = "log", min_logged: int = MIN_LOGGED, smearing: str = "ratio"):
         if not (isinstance(folds, (int, np.integer)) and folds >= 1):
             raise ValueError(f"folds: must be an integer >= 1, got {folds!r}")
         for name, v in (("shrink", shrink), ("knob_shrink", knob_shrink)):

@@ -30,8 +30,9 @@ Decision tables (what the evaluation and the manager share)
     ``(1 - h) pi_g(c) + h [c = default]``; no group: the default with probability 1), vectorised over the
     distinct (client, SNI, device) of the logs.
   * :func:`table_value`: SNIPS (and with a cost model DR and DM) of a table's mean cost per connection.
-  * :func:`fit_q_model`: a generic cross-fitted cost model for DR (log cost, ridge per configuration shrunk to
-    a pooled fit, or, given the configurations' knob values, to the sum of those values' shared effects).
+  * :func:`fit_q_model`: a generic cross-fitted cost model for DR (:class:`QModel`: log cost from boosted trees
+    over the context and, given the configurations' knob values, those values' effects; back-transformed per
+    decile of the prediction by the decile's observed over predicted total).
   * :func:`ope_gate`: the manager's publication rule (``tailor manager --ope-gate``).
 
 >>> est = snips([1.0, 2.0, 3.0, 4.0], [0.5, 0.5, 0.25, 0.25], [0.5, 0.5, 0.5, 0.5])

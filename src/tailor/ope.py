@@ -513,9 +513,9 @@ class QModel:
     over predicted total (``smearing="ratio"``, the default, chosen on held-out worlds: docs/tailor.md; cross-fitted
     predictions spread wider than the truth, and Duan's mean exp(residual), ``smearing="mean"``, then inflates the
     mean, see :func:`_smearing`); ``loss="poisson"`` (boosted) fits the mean of the cost under a log link
-    instead, with no back-transformation (an option: neutral on held-out worlds, docs/tailor.md). Predictions clipped to the range
-    of the logged costs. Cross-fitted (``folds``): records the model was fitted on get predictions from the fold
-    model that did not see them; other logs the mean of the fold models.
+    instead, with no back-transformation (an option: neutral on held-out worlds, docs/tailor.md). Predictions
+    clipped to the range of the logged costs. Cross-fitted (``folds``): records the model was fitted on get
+    predictions from the fold model that did not see them; other logs the mean of the fold models.
     """
 
     def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
@@ -780,11 +780,12 @@ class QModel:
 
 
 def _smearing(pred: np.ndarray, resid: np.ndarray, bins: int = 10, ratio: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Duan's smearing factor mean(exp(residual)) per quantile bin of the prediction: (inner edges, factors).
-    ``ratio``: the ratio of the bin's observed to predicted totals, sum(exp(pred + residual)) / sum(exp(pred)), the
-    residuals weighted by the predictions, so that the back-transformed predictions add up to the observed total in
-    every bin even where the predictions and the residuals are correlated inside it (out-of-fold predictions spread
-    wider than the truth: the highest come back down)."""
+    """The back-transformation factor per quantile bin of the prediction: (inner edges, factors). Duan's smearing
+    factor mean(exp(residual)), or with ``ratio`` (QModel's default) the ratio of the bin's observed to predicted
+    totals, sum(exp(pred + residual)) / sum(exp(pred)): the residuals weighted by the predictions, so that the
+    back-transformed predictions add up to the observed total in every bin even where the predictions and the
+    residuals are correlated inside it (out-of-fold predictions spread wider than the truth: the highest come back
+    down)."""
     def factor(p: np.ndarray, r: np.ndarray) -> float:
         if not r.size:
             return 1.0

@@ -371,6 +371,36 @@ def test_the_misfit_is_estimated_per_client_group_from_contrasts():
     assert max(tau_slow) > 1.3 * max(tau_fast)
 
 
+@pytest.mark.parametrize("epoch", [0.0, 1800.0])
+def test_level_epochs_keep_a_drifting_level_out_of_the_effects(epoch):
+    """``level_epoch``: a world whose page loads all get 30% faster at t = 3,300 s, while the configurations
+    played change at the same moment (the baseline alone before, then one other configuration on 80% of the page
+    loads, the baseline on the rest), and that configuration is truly neutral. With one level per cell the shared
+    model credits the configuration with the drift (its loads came later); with the cells' levels per epoch its
+    effect comes only from contrasts within an epoch, i.e. from page loads served side by side."""
+    pol, space = _policy(level_epoch=epoch)
+    rng = np.random.default_rng(17)
+    other = _one_knob(pol, space, "tcp.initial_cwnd", 10)
+    cells = set()
+    for k, (pop, ctx) in enumerate(_contexts(rng, 7200)):
+        if k and k % 300 == 0:
+            pol.plan(ctx.time_s, compile=False)
+        later = ctx.time_s >= 3300.0  # folded from the plan at 3,600 s on: epoch 2 of 1,800 s
+        c = other if later and rng.random() < 0.8 else pol.baseline_index
+        y = POPULATIONS[pop]["base_ms"] * (0.7 if later else 1.0) * (1.0 + 0.1 * rng.gamma(4.0, 1.0))
+        pol.observe(ctx, Decision(c, 1.0, pol.group_of(ctx), "explore"), Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0,
+                                                                                  100_000))
+        cells.add(pol._cell(ctx))
+    pol.plan(7200.0, compile=False)
+    _, mean, _, _ = pol._predict_many(sorted(cells))
+    effect = float(np.mean(mean[:, other]))
+    if epoch:
+        assert abs(effect) < 0.05, effect
+        assert len(pol._level_past) > 0 and all(len(lc) == 6 and lc[5] == 4 for lc in pol._level)  # the last plan's
+    else:
+        assert effect < -0.15, effect  # the drift, log 0.7 = -0.36, diluted by the later baseline page loads
+
+
 def test_batch_observe_agrees_with_one_by_one():
     """observe_batch folds the same page loads as observe one by one: identical counts and sums before the model
     is fitted; afterwards only the predictions from before the batch differ, so the learned model and the safe

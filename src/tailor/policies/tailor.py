@@ -16,9 +16,14 @@ effect in a context, ``delta(x, c) = log y(x, c) - log y(x, baseline) = (psi(x) 
 shared by every context with one of the same feature values, and the posterior variance says how well
 it is known there.
 
-* The knob terms are fitted *within* level cells (website, device, RTT, goodput and loss bins): each
-  cell's level is absorbed (fixed effects), so effects come from contrasts inside a cell, and levels,
-  which an additive model of log time cannot describe, neither bias them nor count as noise. The levels
+* The knob terms are fitted *within* level cells (website, device, RTT, goodput and loss bins) and epochs
+  (``level_epoch``, one hour): each (cell, epoch)'s level is absorbed (fixed effects), so effects come from
+  contrasts between page loads of one cell served in the same epoch, and levels, which an additive model of log
+  time cannot describe, neither bias them nor count as noise. The epoch matters because decisions are not
+  randomised: a configuration is played once the model favours it, later than the baseline, and a cell's
+  conditions drift (its clients and their paths change); a contrast across hours takes that drift for the
+  configuration's effect (docs/tailor.md, "Why the greedy arm's predictions were optimistic"). A cell's own
+  page loads, which update the shared prediction for that cell (below), still count all its contrasts. The levels
   have their own additive model over psi, fitted to the cells' means (weighted least squares, the cells'
   spread around it by moments): it predicts a new cell's baseline time, which sizes the budget.
 * Prior: one knob changed has an effect of sd ``prior_sd`` (log scale), half of the variance global (the
@@ -349,6 +354,10 @@ class TailorPolicy(Policy):
         "budget_bound": ("play", lambda v: v in ("play", "sum"),
                          "'play' (the slack repriced as the sum of each played configuration's bound, Wu et al.) or "
                          "'sum' (one bound on the group's sum, Kazerouni et al. 2017: independent cell errors average out)"),
+        "level_epoch": (3600.0, _FLOAT(0.0, 1e7),
+                        "in [0, 1e7] seconds (the shared model's effects come from contrasts within a level cell and an "
+                        "epoch of this length, so a level that drifts between epochs is not taken for an effect of the "
+                        "configurations played later; 0 = one level per cell over all time, before 2026-11-27)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -419,6 +428,10 @@ class TailorPolicy(Policy):
         # Per cell: s = sum of its rows' phi, n, t = sum of log y (the rank-one correction -s s^T / n)
         self._level: dict[tuple, tuple[np.ndarray, float, float]] = {}
         self._tt = 0.0  # sum over cells of t^2 / n
+        # with level_epoch: the level cells are (cell, epoch); an ended epoch's are merged per cell here (the level
+        # model's input; their corrections are in the Gram already), and counted for the noise's degrees of freedom
+        self._level_past: dict[tuple, tuple[np.ndarray, float, float]] = {}
+        self._level_keys = 0
         self._level_var = 1.0  # variance of cells' levels around the additive level model (_fit_levels)
         # page loads since the last plan, aggregated: cell -> (count, sum of log y) per configuration; a row of the
         # design depends only on its cell and configuration, so the refit costs per cell, not per page load
@@ -1149,9 +1162,13 @@ class TailorPolicy(Policy):
         self._G += g_inc
         self._h += h_inc
         self._n += int(count.sum())
-        levels = sorted({cell[:5] for cell in cells})
+        epoch_s = getattr(self, "level_epoch", 0.0)
+        epoch = (int(self._now // epoch_s),) if epoch_s > 0 else ()
+        if epoch:
+            self._end_epochs(epoch[0])
+        levels = sorted({cell[:5] + epoch for cell in cells})
         number = {lc: i for i, lc in enumerate(levels)}
-        lidx = np.array([number[cell[:5]] for cell in cells])
+        lidx = np.array([number[cell[:5] + epoch] for cell in cells])
         order = np.argsort(lidx, kind="stable")
         bounds = np.searchsorted(lidx[order], np.arange(len(levels) + 1))  # level i: cells order[bounds[i]:bounds[i+1]]
         n_row, t_row, a_row = count.sum(axis=1), total.sum(axis=1), count @ self._e
@@ -1186,8 +1203,19 @@ class TailorPolicy(Policy):
         cols = np.flatnonzero(np.any(x != 0.0, axis=0))
         xs = x[:, cols]
         self._G[np.ix_(cols, cols)] += xs.T @ (xs * w[:, None])
+        self._level_keys = getattr(self, "_level_keys", len(self._level)) + len(levels) - len(had)
         for i, lc in enumerate(levels):
             self._level[lc] = (s_tot[i].copy(), float(n_tot[i]), float(t_tot[i]))
+
+    def _end_epochs(self, epoch: int) -> None:
+        """Merge the level cells of epochs before ``epoch`` per cell (``level_epoch``): no page load can join them
+        any more, their corrections are in the Gram, and the level model needs only each cell's sums."""
+        old = [lc for lc in self._level if len(lc) > 5 and lc[5] < epoch]
+        for lc in old:
+            s_c, n_c, t_c = self._level.pop(lc)
+            past = self.__dict__.setdefault("_level_past", {})  # (a state pickled before level epochs has none)
+            prev = past.get(lc[:5])
+            past[lc[:5]] = (s_c, n_c, t_c) if prev is None else (prev[0] + s_c, prev[1] + n_c, prev[2] + t_c)
 
     def _reprice(self) -> None:
         """Recompute every group's slack with today's bounds (Wu et al.: the played arms' lower confidence
@@ -1282,7 +1310,8 @@ class TailorPolicy(Policy):
             factor = cho_factor(prec, lower=True, check_finite=False)
             self._mu = cho_solve(factor, self._h / self._sigma2, check_finite=False)
             rss = self._yy - self._tt - 2.0 * self._mu @ self._h + self._mu @ self._G @ self._mu
-            self._sigma2 = float(np.clip(rss / max(self._n - len(self._level), 1), 1e-4, 4.0))
+            self._sigma2 = float(np.clip(rss / max(self._n - getattr(self, "_level_keys", len(self._level)), 1),
+                                         1e-4, 4.0))
         cov = cho_solve(factor, np.eye(len(prec)), check_finite=False)
         self._set_cov(cov)
         # one EM step of the context blocks' variance components (type-II maximum likelihood): a block whose
@@ -1300,16 +1329,17 @@ class TailorPolicy(Policy):
         the cells' mean log times, net of the within-cell fit, over psi's website, device, RTT, goodput and loss
         blocks (weighted least squares, weights 1 / (sigma^2 / n + v)); v, the cells' spread around it, by the
         method of moments. Levels cancel in a cell's decisions; they size the budget's baseline time."""
-        if not self._level:
+        entries = {**getattr(self, "_level_past", {}), **self._level}  # (level_epoch: ended epochs per cell, then each
+        if not entries:                                                # current epoch's level cell)
             return
         hour0 = self._blocks()["hour"][0]
-        keys = list(self._level)
-        psi = self._psi_rows([lc + (0,) for lc in keys])[:, :hour0]
-        n = np.array([self._level[k][1] for k in keys])
+        keys = list(entries)
+        psi = self._psi_rows([lc[:5] + (0,) for lc in keys])[:, :hour0]
+        n = np.array([entries[k][1] for k in keys])
         mu = self._mu.copy()
         mu[:hour0] = 0.0
         # each cell's mean log time net of the fitted hour and knob terms
-        r = np.fromiter(((t - s @ mu) / n_c for s, n_c, t in self._level.values()), float, len(keys))
+        r = np.fromiter(((t - s @ mu) / n_c for s, n_c, t in entries.values()), float, len(keys))
         v = self._level_var
         for _ in range(3):
             w = 1.0 / (self._sigma2 / n + v)

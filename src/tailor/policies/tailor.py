@@ -367,6 +367,8 @@ class TailorPolicy(Policy):
             raise ParameterError(f"this learned tailor state has layout {state.get('_layout', 1)}, this version reads "
                                  f"layout {STATE_LAYOUT} (per-cell statistics in arrays); start from a fresh state "
                                  "(tailor manager: a fresh --data)")
+        # a state pickled before the level epochs: one level per cell over all time, as it was learned
+        state = {"level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())), **state}
         self.__dict__.update(state)
 
     @property
@@ -1162,8 +1164,7 @@ class TailorPolicy(Policy):
         self._G += g_inc
         self._h += h_inc
         self._n += int(count.sum())
-        epoch_s = getattr(self, "level_epoch", 0.0)
-        epoch = (int(self._now // epoch_s),) if epoch_s > 0 else ()
+        epoch = (int(self._now // self.level_epoch),) if self.level_epoch > 0 else ()
         if epoch:
             self._end_epochs(epoch[0])
         levels = sorted({cell[:5] + epoch for cell in cells})
@@ -1203,7 +1204,7 @@ class TailorPolicy(Policy):
         cols = np.flatnonzero(np.any(x != 0.0, axis=0))
         xs = x[:, cols]
         self._G[np.ix_(cols, cols)] += xs.T @ (xs * w[:, None])
-        self._level_keys = getattr(self, "_level_keys", len(self._level)) + len(levels) - len(had)
+        self._level_keys += len(levels) - len(had)
         for i, lc in enumerate(levels):
             self._level[lc] = (s_tot[i].copy(), float(n_tot[i]), float(t_tot[i]))
 
@@ -1213,9 +1214,8 @@ class TailorPolicy(Policy):
         old = [lc for lc in self._level if len(lc) > 5 and lc[5] < epoch]
         for lc in old:
             s_c, n_c, t_c = self._level.pop(lc)
-            past = self.__dict__.setdefault("_level_past", {})  # (a state pickled before level epochs has none)
-            prev = past.get(lc[:5])
-            past[lc[:5]] = (s_c, n_c, t_c) if prev is None else (prev[0] + s_c, prev[1] + n_c, prev[2] + t_c)
+            prev = self._level_past.get(lc[:5])
+            self._level_past[lc[:5]] = (s_c, n_c, t_c) if prev is None else (prev[0] + s_c, prev[1] + n_c, prev[2] + t_c)
 
     def _reprice(self) -> None:
         """Recompute every group's slack with today's bounds (Wu et al.: the played arms' lower confidence
@@ -1310,8 +1310,7 @@ class TailorPolicy(Policy):
             factor = cho_factor(prec, lower=True, check_finite=False)
             self._mu = cho_solve(factor, self._h / self._sigma2, check_finite=False)
             rss = self._yy - self._tt - 2.0 * self._mu @ self._h + self._mu @ self._G @ self._mu
-            self._sigma2 = float(np.clip(rss / max(self._n - getattr(self, "_level_keys", len(self._level)), 1),
-                                         1e-4, 4.0))
+            self._sigma2 = float(np.clip(rss / max(self._n - self._level_keys, 1), 1e-4, 4.0))
         cov = cho_solve(factor, np.eye(len(prec)), check_finite=False)
         self._set_cov(cov)
         # one EM step of the context blocks' variance components (type-II maximum likelihood): a block whose
@@ -1329,8 +1328,8 @@ class TailorPolicy(Policy):
         the cells' mean log times, net of the within-cell fit, over psi's website, device, RTT, goodput and loss
         blocks (weighted least squares, weights 1 / (sigma^2 / n + v)); v, the cells' spread around it, by the
         method of moments. Levels cancel in a cell's decisions; they size the budget's baseline time."""
-        entries = {**getattr(self, "_level_past", {}), **self._level}  # (level_epoch: ended epochs per cell, then each
-        if not entries:                                                # current epoch's level cell)
+        entries = {**self._level_past, **self._level}  # ended epochs' sums per cell, then the current epoch's cells
+        if not entries:
             return
         hour0 = self._blocks()["hour"][0]
         keys = list(entries)

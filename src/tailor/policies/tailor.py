@@ -60,22 +60,26 @@ group's s-th page load, ``b_s`` a lower bound of the baseline configuration's ti
 ``y_s`` for the baseline, ``y_s * exp(-UCB)`` otherwise, ``UCB = mean + budget_z * sd`` of ``delta``
 (decisions use the narrower ``beta``), recomputed at every ``plan`` with the current bounds (Wu et al.:
 the played arms' confidence bounds at the current round), so an exploration learned to be faster pays
-back what it was charged. The UCB is floored at 0 (``credit`` = ``none``: a configuration never adds more slack
-than the baseline would have); ``credit`` = ``gain`` lifts the floor, as Wu et al.'s sum of the played arms' lower
-bounds does, so time saved at the bound funds exploration (neutral on held-out seeds: docs/tailor.md). The
-condition is ``S_g >= 0``; it holds as long as the true effects lie within ``budget_z`` posterior sd (the
-prior's assumption: one knob changed rarely makes a page load more than ``exp(budget_z * prior_sd)`` = 2.5x
-slower). With ``budget_bound='sum'`` the repricing bounds each group's sum once (Kazerouni et al., NeurIPS 2017:
-the confidence bound of the played actions' summed features) instead of summing per-play bounds, so independent
-cell errors average out (:meth:`TailorPolicy._sum_slack`; an option, not the default: docs/tailor.md). Per
-connection:
+back what it was charged. With ``credit`` = ``gain`` (the default since 2026-11-27) the UCB is not floored, as in
+Wu et al.'s sum of the played arms' lower bounds: time saved at the bound funds exploration; ``credit`` = ``none``
+floors it at 0 (a configuration never adds more slack than the baseline would have). The condition is
+``S_g >= 0``; it holds as long as the true effects lie within ``budget_z`` posterior sd (the prior's assumption:
+one knob changed rarely makes a page load more than ``exp(budget_z * prior_sd)`` = 2.5x slower). With
+``budget_bound='sum'`` (the default since 2026-11-27) the repricing bounds each group's sum once (Kazerouni et
+al., NeurIPS 2017: the confidence bound of the played actions' summed features) instead of summing per-play bounds
+(``'play'``), so independent cell errors average out (:meth:`TailorPolicy._sum_slack`). Why these two and the
+default guard together: docs/tailor.md, hyper-parameters. Per connection:
 
 * ``safe = argmin UCB`` (the baseline has UCB 0): free, it cannot cost more than the baseline;
-* the *default guard* (``guard`` = z, off by default): a configuration is eligible only when
+* the *default guard* (``guard`` = z, 1 by default since 2026-11-27; ``'off'``): a configuration is eligible only when
   ``mean - mean_default + z sqrt(sd^2 + sd_default^2) <= log 1.05``, i.e. it is not plausibly more than 5% slower
   than the registry's default configuration (the evaluation's "degraded" page load); the default always is. When
   the guard excludes the baseline, ``safe`` is the lowest UCB among the eligible, played only when the slack pays
-  for it (else the baseline: the budget holds first); probes and the greedy choice come from the eligible too;
+  for it (else the baseline: the budget holds first); the greedy choice comes from the eligible too. Probes need
+  only a mean within 5% of the default's (``mean - mean_default <= log 1.05``): a probe is what narrows a
+  configuration's sd, so the sd test would keep whatever the model knows little about out of reach for good.
+  With ``baseline='default'`` the guard is off: the budget bounds the time against the default already, and under
+  the prior no other configuration would ever be eligible;
 * a *probe* (at most ``explore_share`` of the group's page loads, ``probes`` per cell and
   configuration between plans): among configurations whose LCB is below the safe one's UCB by
   ``min_gain``, the one with the lowest LCB one knob away from the safe choice (``probe='local'``: a
@@ -114,7 +118,8 @@ online loop observes page load by page load.
 
 Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenarios, never on seeds 0-4:
 ``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1, 0.2}, ``exploit`` in {safe, greedy}, ``probe`` in
-{cheap, optimistic, local}, ``prior_sd`` in {0.15, 0.2, 0.3}.
+{cheap, optimistic, local}, ``prior_sd`` in {0.15, 0.2, 0.3}; ``credit``, ``budget_bound`` and ``guard`` together on
+seeds 100-103 of the five scenarios on both oracles.
 """
 
 from __future__ import annotations
@@ -336,9 +341,9 @@ class TailorPolicy(Policy):
         "reopen": (200, lambda v: isinstance(v, int) and v >= 1, "an integer >= 1"),
         "pool": ("website-rtt", lambda v: v in POOL, "one of " + ", ".join(repr(k) for k in POOL)
                  + " (a middle level between the shared model and a cell: what the model misses for a website at an RTT bin, pooled over its cells)"),
-        "guard": ("off", lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10),
+        "guard": (1.0, lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10),
                   "'off' or z in [0, 10] (default guard: only configurations not plausibly > 5% slower than the registry default at z posterior sd)"),
-        "credit": ("none", lambda v: v in ("none", "gain"),
+        "credit": ("gain", lambda v: v in ("none", "gain"),
                    "'none' (a configuration's page loads never add more slack than the baseline's would: its bound "
                    "floored at the baseline) or 'gain' (Wu et al.: a configuration bounded faster than the baseline "
                    "credits the slack with its lower bound of the time saved)"),
@@ -351,7 +356,7 @@ class TailorPolicy(Policy):
                    "loads, each shrunk to the global value by 20 pseudo-terms), 'contrast' (one global tau^2 from those "
                    "contrasts) or 'level' (one, from every cell with its level given the shared effects; before "
                    "2026-11-26)"),
-        "budget_bound": ("play", lambda v: v in ("play", "sum"),
+        "budget_bound": ("sum", lambda v: v in ("play", "sum"),
                          "'play' (the slack repriced as the sum of each played configuration's bound, Wu et al.) or "
                          "'sum' (one bound on the group's sum, Kazerouni et al. 2017: independent cell errors average out)"),
         "level_epoch": (3600.0, _FLOAT(0.0, 1e7),
@@ -798,11 +803,11 @@ class TailorPolicy(Policy):
         group, gid = self._group(cell), self._gid(cell)
         mean, sd, level, level_var = self._effects(cell, group)
         default = self._base
-        ucb, ok = self._bounds(mean, sd)
+        ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
-        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, ok)) is not None:
+        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near)) is not None:
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
@@ -818,21 +823,27 @@ class TailorPolicy(Policy):
             return Decision(safe, 1.0, gid, "guard")
         return Decision(default, 1.0, gid, "default")  # the budget holds first
 
-    def _bounds(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The configurations' UCBs against the baseline (the baseline's is 0) and which ones the default guard
-        allows (all when ``guard`` is off; the registry default always)."""
+    def _bounds(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The configurations' UCBs against the baseline (the baseline's is 0), which ones the default guard allows
+        as the safe or greedy choice (not plausibly, at ``guard`` sd of the contrast, more than 5% slower than the
+        registry default), and which ones it allows as probes (not *expected* to be: a probe is what narrows a
+        configuration's sd, so requiring a narrow sd first would keep every configuration the model knows little
+        about, and with it every gain there, out of reach). All when ``guard`` is off or the baseline is the
+        registry default, which the budget then bounds against already; the registry default always."""
         ucb = mean + self.beta * sd
         ucb[self._base] = 0.0
-        if self.guard == "off":
-            return ucb, np.ones(len(mean), dtype=bool)
+        if self.guard == "off" or self._base == self.space.default_index:
+            every = np.ones(len(mean), dtype=bool)
+            return ucb, every, every
         d = self.space.default_index
         ok = mean - mean[d] + float(self.guard) * np.sqrt(sd * sd + sd[d] * sd[d]) <= DEGRADED
-        ok[d] = True
-        return ucb, ok
+        near = mean - mean[d] <= DEGRADED
+        ok[d] = near[d] = True
+        return ucb, ok, near
 
     def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int,
                   ok: np.ndarray | None = None) -> int | None:
-        """The probe of a cell, if any: among the configurations (the default guard's eligible ones, ``ok``) whose
+        """The probe of a cell, if any: among the configurations (those the default guard allows as probes, ``ok``) whose
         optimistic bound may beat the safe choice by ``min_gain``, the first by ``probe`` (module docstring); ties
         (e.g. every one-knob change under the prior) at random."""
         optimistic = mean - self.explore_beta * sd
@@ -1458,7 +1469,7 @@ class TailorPolicy(Policy):
         page loads or for a table group without page loads in the last period (``loads``: those of every cell the
         table group covers)."""
         mean, sd, level, level_var = self._effects(cell, group)
-        ucb, ok = self._bounds(mean, sd)
+        ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))
         if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:
             return {safe if ucb[safe] <= 0.0 else self._base: 1.0}
@@ -1481,7 +1492,7 @@ class TailorPolicy(Policy):
             best = int(np.argmin(np.where(ok, mean, np.inf)))
             if best != safe and mean[best] < ucb[safe] - self.min_gain and pay(1.0 - share, best):
                 main = best
-        probe = self._probe_of(mean, sd, ucb, main, ok) if share > 0.0 else None
+        probe = self._probe_of(mean, sd, ucb, main, near) if share > 0.0 else None
         if probe is None or not pay(share, probe):
             return {main: 1.0}
         return {main: 1.0 - share, probe: share}

@@ -372,14 +372,16 @@ class TailorPolicy(Policy):
             raise ParameterError(f"this learned tailor state has layout {state.get('_layout', 1)}, this version reads "
                                  f"layout {STATE_LAYOUT} (per-cell statistics in arrays); start from a fresh state "
                                  "(tailor manager: a fresh --data)")
-        # a state pickled before the level epochs: one level per cell over all time, as it was learned
-        state = {"level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())), **state}
+        # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
+        # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
+        state = {"level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+                 "credit": "none", "budget_bound": "play", **state}
         self.__dict__.update(state)
 
     @property
     def _floor(self) -> float:
         """The least budget bound (log time against the baseline) a played configuration is credited with."""
-        return 0.0 if getattr(self, "credit", "none") == "none" else -math.inf
+        return 0.0 if self.credit == "none" else -math.inf
 
     # -- features
     def _init_state(self) -> None:
@@ -1239,7 +1241,7 @@ class TailorPolicy(Policy):
         if not cells:
             return
         groups = [self._group(cell) for cell in cells]
-        bound = self._sum_slack if getattr(self, "budget_bound", "play") == "sum" else self._play_slack
+        bound = self._sum_slack if self.budget_bound == "sum" else self._play_slack
         for group, total in bound(cells, groups, self._played.used()[0]).items():
             self._slack[group] = total - pending.get(group, 0.0)
 

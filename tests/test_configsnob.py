@@ -163,3 +163,19 @@ def test_cf_rewards_stay_finite_for_an_exploding_cate():
     assert np.all(np.isfinite(rewards)) and np.all(rewards > 0)
     delta = est.effects(theta)
     assert np.all(np.diff(rewards[np.argsort(delta)]) >= 0)  # order of the effects kept (ties at the bound)
+
+
+def test_search_space_limit_by_quantile_drops_what_slows_a_share_of_the_group():
+    """One knob column is 5% faster for 85% of a group's rows and 20% slower for the rest: on average (-1.25%)
+    the configurations that set it stay in the space, at the 0.9-quantile they are dropped; configurations that
+    do not set it are unaffected."""
+    space = ConfigSpace.named("core")
+    est = CausalEstimator(space)
+    theta = np.zeros((100, est.encode.matrix.shape[1]))
+    theta[:85, 0], theta[85:, 0] = -0.05, 0.2
+    uses = est.encode.matrix[:, 0] == 1
+    assert uses.any() and (~uses).any()
+    mean, q90 = est.effects(theta), est.effects(theta, 0.9)
+    assert np.allclose(mean[uses], -0.0125) and np.allclose(q90[uses], 0.2)
+    assert np.allclose(mean[~uses], 0.0) and np.allclose(q90[~uses], 0.0)
+    assert np.allclose(est.effects(theta[:85], 0.9)[uses], -0.05)  # without the slowed rows: kept

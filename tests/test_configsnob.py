@@ -179,3 +179,14 @@ def test_search_space_limit_by_quantile_drops_what_slows_a_share_of_the_group():
     assert np.allclose(mean[uses], -0.0125) and np.allclose(q90[uses], 0.2)
     assert np.allclose(mean[~uses], 0.0) and np.allclose(q90[~uses], 0.0)
     assert np.allclose(est.effects(theta[:85], 0.9)[uses], -0.05)  # without the slowed rows: kept
+
+
+def test_state_pickled_before_the_quantile_limit_keeps_the_average():
+    """A manager's learned state from before ``limit_q`` loads with the limit it was learned with (0: the average
+    effect); a current state keeps its own."""
+    import pickle
+
+    policy = make_policy("config-snob", seed=0).reset(ConfigSpace.named("core"))
+    assert pickle.loads(pickle.dumps(policy)).limit_q == 0.75
+    del policy.limit_q
+    assert pickle.loads(pickle.dumps(policy)).limit_q == 0.0

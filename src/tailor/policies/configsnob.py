@@ -82,6 +82,10 @@ class ConfigSnobPolicy(Policy):
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
 
+    def __setstate__(self, state: dict) -> None:
+        # a state pickled before ``limit_q``: the forest's limit it was learned with (the average effect)
+        self.__dict__.update({"limit_q": 0.0, **state})
+
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
         self._off = 0 if self.profile_site == "none" else 1  # index shift of the paper's levels in a path

@@ -1,5 +1,7 @@
 """Config-Snob: profile tree, sufficiency, time categories, causal forest, bandit arms (fast)."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -184,8 +186,6 @@ def test_search_space_limit_by_quantile_drops_what_slows_a_share_of_the_group():
 def test_state_pickled_before_the_quantile_limit_keeps_the_average():
     """A manager's learned state from before ``limit_q`` loads with the limit it was learned with (0: the average
     effect); a current state keeps its own."""
-    import pickle
-
     policy = make_policy("config-snob", seed=0).reset(ConfigSpace.named("core"))
     assert pickle.loads(pickle.dumps(policy)).limit_q == 0.75
     del policy.limit_q

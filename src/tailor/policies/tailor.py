@@ -843,15 +843,12 @@ class TailorPolicy(Policy):
         ok[d] = near[d] = True
         return ucb, ok, near
 
-    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int,
-                  ok: np.ndarray | None = None) -> int | None:
-        """The probe of a cell, if any: among the configurations (those the default guard allows as probes, ``ok``) whose
-        optimistic bound may beat the safe choice by ``min_gain``, the first by ``probe`` (module docstring); ties
-        (e.g. every one-knob change under the prior) at random."""
+    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int, near: np.ndarray) -> int | None:
+        """The probe of a cell, if any: among the configurations the default guard allows as probes (``near``,
+        from :meth:`_bounds`) whose optimistic bound may beat the safe choice by ``min_gain``, the first by
+        ``probe`` (module docstring); ties (e.g. every one-knob change under the prior) at random."""
         optimistic = mean - self.explore_beta * sd
-        plausible = optimistic < ucb[safe] - self.min_gain
-        if ok is not None:
-            plausible &= ok
+        plausible = (optimistic < ucb[safe] - self.min_gain) & near
         plausible[safe] = False
         if not plausible.any():
             return None

@@ -130,6 +130,43 @@ def test_page_campaign_dataset_reports_choices_within_the_best_interval(tmp_path
     assert "| model | pages | 2 | 2 | " in capsys.readouterr().out
 
 
+def _object_dataset(root: Path) -> None:
+    """An object-only campaign (tb-v3-objects layout: measurements and intervals at the top, the intervals' workload
+    the size in bytes) of 100 KB responses: condition ``same`` measures the model's order, ``reversed`` the reverse
+    order with intervals narrow enough that the model's choice is resolvably worse."""
+    from tailor.oracle.measured import _anchor_space, _model_ms, queue_bdp
+    from tailor.oracle.websites import default_catalog
+
+    site = default_catalog()["object-100KB"]
+    configs = [("cubic", 4, 200, "1.1"), ("cubic", 10, 200, "1.1"), ("cubic", 32, 200, "2"), ("bbr", 10, 200, "2")]
+    space = _anchor_space(pd.DataFrame(configs, columns=["cc", "iw", "rto_min_ms", "http"]))
+    where = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): i
+             for i, c in enumerate(space.configs)}
+    rows, ivs = [], []
+    for cond, bw, rtt, qp in (("same", 10.0, 50.0, 40), ("reversed", 2.0, 200.0, 60)):
+        model = _model_ms(site, [bw], [rtt], [0.0], [float(queue_bdp(bw, rtt, qp))], space)[0, [where[k] for k in configs]]
+        times = model if cond == "same" else np.sort(model)[::-1][np.argsort(np.argsort(model))]
+        for (cc, iw, rto, http), t in zip(configs, times, strict=True):
+            for rep in range(3):
+                rows.append({"condition": cond, "down_mbps": bw, "rtt_ms": rtt, "loss": 0.0, "queue_packets": qp,
+                             "size_bytes": site.total_bytes, "page": "", "cc": cc, "iw": iw, "rto_min_ms": rto,
+                             "http": http, "rep": rep, "ok": True, "completion_ms": float(t)})
+            ivs.append({"condition": cond, "workload": str(site.total_bytes), "cc": cc, "iw": iw, "rto_min_ms": rto,
+                        "http": http, "batch": "", "lo_ms": 0.99 * t, "hi_ms": 1.01 * t})
+    root.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(root / "measurements.parquet", index=False)
+    pd.DataFrame(ivs).to_parquet(root / "intervals.parquet", index=False)
+
+
+def test_object_campaign_dataset_reports_choices_within_the_best_interval(tmp_path):
+    _object_dataset(tmp_path)
+    s = validate(tmp_path, ("model",), ("objects",))["oracles"]["model"]["objects"]
+    rows = {r["condition"]: r for r in s["rows"]}
+    assert rows["same"]["in_interval"] is True and rows["same"]["cost"] == 0.0
+    assert rows["reversed"]["in_interval"] is False and rows["reversed"]["cost"] > 0.02
+    assert s["in_interval"] == 0.5
+
+
 def test_the_timeline_model_is_validated_on_request(tmp_path, capsys):
     """``--oracle model-timeline``: the model with the page timeline, through the same figures."""
     _page_dataset(tmp_path)

@@ -46,7 +46,7 @@ from scipy.stats import spearmanr
 
 from tailor.errors import OracleError
 from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGES_SUBDIR, MeasuredOracle, _anchor_space,
-                                    _model_ms, load_fetches, queue_bdp)
+                                    _model_ms, _object_name, load_fetches, queue_bdp)
 
 ORACLES = ("model", "measured")  # what `tailor oracle validate` and `tailor evaluate` report by default
 NAMES = ORACLES + ("model-timeline",)  # the model with the page timeline (tailor.oracle.timeline), on request
@@ -132,12 +132,17 @@ def _cells(oracle: MeasuredOracle, kind: str) -> pd.DataFrame:
 
 
 def _intervals(dataset: Path, kind: str) -> dict:
-    """{(condition, workload, cc, iw, rto_min_ms, http): (lo, hi)} of the campaign's stored intervals, else {}."""
-    path = dataset / PAGES_SUBDIR / "intervals.parquet"
-    if kind != "pages" or not path.exists():
+    """{(condition, workload, cc, iw, rto_min_ms, http): (lo, hi)} of the campaign's stored intervals, else {}: a page
+    campaign's (``pages/intervals.parquet``) or an object campaign's (``intervals.parquet``, whose workload is the
+    size in bytes, named here as the catalog's object of that size)."""
+    path = dataset / PAGES_SUBDIR / "intervals.parquet" if kind == "pages" else dataset / "intervals.parquet"
+    if kind not in ("pages", "objects") or not path.exists():
         return {}
     iv = pd.read_parquet(path)
     iv = iv[iv["batch"].fillna("") == ""] if "batch" in iv.columns else iv
+    if kind == "objects":
+        iv = iv.assign(workload=[_object_name(int(w)) if str(w).isdigit() else None for w in iv["workload"]])
+        iv = iv[iv["workload"].notna()]
     return {(r.condition, r.workload, r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)): (r.lo_ms, r.hi_ms)
             for r in iv.itertuples()}
 

@@ -88,15 +88,13 @@ def test_auto_selection_carries_its_reason_and_figures(tmp_path, monkeypatch):
         assert v["figures"]["model"]["pages"]["split_half_median"] is not None
 
 
-def _page_dataset(root: Path) -> None:
-    """A page-only campaign (tb-v3 layout) with stored intervals: condition ``same`` measures the model's order,
-    ``reversed`` the reverse order with intervals narrow enough that the model's choice is resolvably worse."""
+def _campaign(site, page: str, workload: str) -> tuple[list[dict], list[dict]]:
+    """(fetch rows, stored intervals) of a campaign measuring ``site`` under four configurations: condition ``same``
+    in the model's order, ``reversed`` in the reverse order, 3 repetitions each, intervals of +-1% (narrow enough
+    that the model's choice is resolvably worse there). ``page``: the rows' page name ("" for an object);
+    ``workload``: the intervals' (the page name, or an object's size in bytes as the campaign writes it)."""
     from tailor.oracle.measured import _anchor_space, _model_ms, queue_bdp
-    from tailor.oracle.websites import make_page
 
-    objs = [{"size_bytes": 15000, "origin": 0, "level": 0, "kind": "html"}] + \
-           [{"size_bytes": 40000, "origin": i % 2, "level": 1, "kind": "image"} for i in range(6)]
-    site = make_page("p", [(o["size_bytes"], o["origin"], o["level"], o["kind"]) for o in objs])
     configs = [("cubic", 4, 200, "1.1"), ("cubic", 10, 200, "1.1"), ("cubic", 32, 200, "2"), ("bbr", 10, 200, "2")]
     space = _anchor_space(pd.DataFrame(configs, columns=["cc", "iw", "rto_min_ms", "http"]))
     where = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): i
@@ -108,10 +106,22 @@ def _page_dataset(root: Path) -> None:
         for (cc, iw, rto, http), t in zip(configs, times, strict=True):
             for rep in range(3):
                 rows.append({"condition": cond, "down_mbps": bw, "rtt_ms": rtt, "loss": 0.0, "queue_packets": qp,
-                             "size_bytes": site.total_bytes, "page": "p", "cc": cc, "iw": iw, "rto_min_ms": rto,
+                             "size_bytes": site.total_bytes, "page": page, "cc": cc, "iw": iw, "rto_min_ms": rto,
                              "http": http, "rep": rep, "ok": True, "completion_ms": float(t)})
-            ivs.append({"condition": cond, "workload": "p", "cc": cc, "iw": iw, "rto_min_ms": rto, "http": http,
+            ivs.append({"condition": cond, "workload": workload, "cc": cc, "iw": iw, "rto_min_ms": rto, "http": http,
                         "batch": "", "lo_ms": 0.99 * t, "hi_ms": 1.01 * t})
+    return rows, ivs
+
+
+def _page_dataset(root: Path) -> None:
+    """A page-only campaign (tb-v3 layout) with stored intervals: condition ``same`` measures the model's order,
+    ``reversed`` the reverse order with intervals narrow enough that the model's choice is resolvably worse."""
+    from tailor.oracle.websites import make_page
+
+    objs = [{"size_bytes": 15000, "origin": 0, "level": 0, "kind": "html"}] + \
+           [{"size_bytes": 40000, "origin": i % 2, "level": 1, "kind": "image"} for i in range(6)]
+    site = make_page("p", [(o["size_bytes"], o["origin"], o["level"], o["kind"]) for o in objs])
+    rows, ivs = _campaign(site, "p", "p")
     (root / "pages").mkdir(parents=True)
     pd.DataFrame(rows).to_parquet(root / "pages" / "measurements.parquet", index=False)
     pd.DataFrame(ivs).to_parquet(root / "pages" / "intervals.parquet", index=False)
@@ -134,25 +144,10 @@ def _object_dataset(root: Path) -> None:
     """An object-only campaign (tb-v3-objects layout: measurements and intervals at the top, the intervals' workload
     the size in bytes) of 100 KB responses: condition ``same`` measures the model's order, ``reversed`` the reverse
     order with intervals narrow enough that the model's choice is resolvably worse."""
-    from tailor.oracle.measured import _anchor_space, _model_ms, queue_bdp
     from tailor.oracle.websites import default_catalog
 
     site = default_catalog()["object-100KB"]
-    configs = [("cubic", 4, 200, "1.1"), ("cubic", 10, 200, "1.1"), ("cubic", 32, 200, "2"), ("bbr", 10, 200, "2")]
-    space = _anchor_space(pd.DataFrame(configs, columns=["cc", "iw", "rto_min_ms", "http"]))
-    where = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): i
-             for i, c in enumerate(space.configs)}
-    rows, ivs = [], []
-    for cond, bw, rtt, qp in (("same", 10.0, 50.0, 40), ("reversed", 2.0, 200.0, 60)):
-        model = _model_ms(site, [bw], [rtt], [0.0], [float(queue_bdp(bw, rtt, qp))], space)[0, [where[k] for k in configs]]
-        times = model if cond == "same" else np.sort(model)[::-1][np.argsort(np.argsort(model))]
-        for (cc, iw, rto, http), t in zip(configs, times, strict=True):
-            for rep in range(3):
-                rows.append({"condition": cond, "down_mbps": bw, "rtt_ms": rtt, "loss": 0.0, "queue_packets": qp,
-                             "size_bytes": site.total_bytes, "page": "", "cc": cc, "iw": iw, "rto_min_ms": rto,
-                             "http": http, "rep": rep, "ok": True, "completion_ms": float(t)})
-            ivs.append({"condition": cond, "workload": str(site.total_bytes), "cc": cc, "iw": iw, "rto_min_ms": rto,
-                        "http": http, "batch": "", "lo_ms": 0.99 * t, "hi_ms": 1.01 * t})
+    rows, ivs = _campaign(site, "", str(site.total_bytes))
     root.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(root / "measurements.parquet", index=False)
     pd.DataFrame(ivs).to_parquet(root / "intervals.parquet", index=False)

@@ -80,12 +80,15 @@ def test_auto_selection_carries_its_reason_and_figures(tmp_path, monkeypatch):
         assert "no oracle's validation holds" in v["reason"]
     assert len(list(tmp_path.glob("oracle-validation-*.json"))) == 1
     assert select_oracle("auto").validation["figures"] == v["figures"]  # second call reads the cache
-    from tailor.oracle.measured import PAGE_DATASET
+    from tailor.oracle.measured import OBJECT_DATASET, PAGE_DATASET
 
     if (PAGE_DATASET / "pages" / "measurements.parquet").exists():  # pages are judged on the page campaign
         assert v["figures"]["model"]["pages"]["dataset"] == PAGE_DATASET.name
         assert v["figures"]["model"]["objects"]["dataset"] != PAGE_DATASET.name
         assert v["figures"]["model"]["pages"]["split_half_median"] is not None
+    if (OBJECT_DATASET / "measurements.parquet").exists():  # objects on the object campaign, with its intervals
+        assert all(v["figures"][n]["objects"]["dataset"] == OBJECT_DATASET.name for n in ("model", "measured"))
+        assert v["figures"]["model"]["objects"]["in_interval"] is not None
 
 
 def _campaign(site, page: str, workload: str) -> tuple[list[dict], list[dict]]:

@@ -56,6 +56,9 @@ DEFAULT_DATASET = _DATA / "tb-v2" if (_DATA / "tb-v2" / "measurements.parquet").
 PAGES_SUBDIR = "pages"
 # The page campaign made to settle the page oracles (tailor testbed campaign): what their page validation reads
 PAGE_DATASET = _DATA / "tb-v3"
+# The object campaign (same conditions and configurations, responses of 10 KB / 100 KB / 1 MB): what the oracles'
+# object validation reads (the measured oracle still interpolates tb-v2's 41 conditions)
+OBJECT_DATASET = _DATA / "tb-v3-objects"
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
 FEATURE_SCALE = np.array([np.log(4.0), np.log(3.0), np.log(11.0)])  # one unit = x4 bw, x3 RTT, 0 -> 1 % loss
 THETA_BOUNDS = (0.005, 0.25)

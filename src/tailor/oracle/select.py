@@ -1,8 +1,9 @@
 """Which oracle `tailor evaluate` uses (``--oracle auto``): the one whose validation holds.
 
-Both oracles are validated against the measured dataset (``tailor oracle validate``; cached): per workload kind
-of the evaluation (objects, pages), the oracle's order of the measured configurations must meet issue 18's
-targets (``tailor.oracle.validate.TARGETS``; the measured oracle is validated leave-one-condition-out). Among the
+Both oracles are validated against the measured campaigns (``tailor oracle validate``; cached): per workload kind
+of the evaluation (objects on the object campaign tb-v3-objects, pages on the page campaign tb-v3, each where it
+exists, else on the measured oracle's dataset tb-v2), the oracle's order of the measured configurations must meet
+issue 18's targets (``tailor.oracle.validate.TARGETS``; the measured oracle is validated leave-one-condition-out). Among the
 oracles that hold on every kind, the measured one is preferred when it covers the evaluated space with measured
 values (no configuration anchored on a neighbour) and every default website, then the model, then the model with
 the page timeline (``model-timeline``). When no oracle

@@ -45,7 +45,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGES_SUBDIR, MeasuredOracle, _anchor_space,
+from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, OBJECT_DATASET, PAGE_DATASET, PAGES_SUBDIR, MeasuredOracle, _anchor_space,
                                     _model_ms, _object_name, load_fetches, queue_bdp)
 
 ORACLES = ("model", "measured")  # what `tailor oracle validate` and `tailor evaluate` report by default
@@ -384,21 +384,36 @@ def _has_pages(dataset: Path) -> bool:
     return (dataset / PAGES_SUBDIR / "measurements.parquet").exists()
 
 
-def cached_validation(dataset: str | Path = DEFAULT_DATASET, pages_dataset: str | Path | None = PAGE_DATASET) -> dict:
+def _has_objects(dataset: Path) -> bool:
+    return (dataset / "measurements.parquet").exists()
+
+
+def _campaign_for(kind_dataset: str | Path | None, dataset: Path, has) -> Path | None:
+    """``kind_dataset`` when it is another dataset than ``dataset`` and has the kind's measurements (``has``)."""
+    if kind_dataset is None:
+        return None
+    path = Path(kind_dataset)
+    return path if path.resolve() != dataset.resolve() and has(path) else None
+
+
+def cached_validation(dataset: str | Path = DEFAULT_DATASET, pages_dataset: str | Path | None = PAGE_DATASET,
+                      objects_dataset: str | Path | None = OBJECT_DATASET) -> dict:
     """Summaries (no per-cell rows) of every oracle (``NAMES``) on ``dataset``, cached by the content of the datasets and of
     the oracles' code (``$TAILOR_CACHE_DIR``, default ``~/.cache/tailor``): a changed model is re-validated.
 
     Page figures come from ``pages_dataset`` (the page campaign, tb-v3: adaptive repetitions on a quiet machine)
-    when it has page loads; each kind's figures name the dataset they were computed on."""
+    when it has page loads, object figures from ``objects_dataset`` (the object campaign, tb-v3-objects) when it has
+    fetches; each kind's figures name the dataset they were computed on."""
     import json
     import os
 
     dataset = Path(dataset)
-    pages = Path(pages_dataset) if pages_dataset is not None else None
-    pages = pages if pages is not None and pages.resolve() != dataset.resolve() and _has_pages(pages) else None
+    pages = _campaign_for(pages_dataset, dataset, _has_pages)
+    objects = _campaign_for(objects_dataset, dataset, _has_objects)
+    extra = [(d, kind) for d, kind in ((objects, "objects"), (pages, "pages")) if d is not None]
     cache = Path(os.environ.get("TAILOR_CACHE_DIR") or Path.home() / ".cache" / "tailor")
-    name = dataset.name + (f"+{pages.name}" if pages else "")
-    path = cache / f"oracle-validation-{name}-{_cache_key(*([dataset] + ([pages] if pages else [])))}.json"
+    name = "+".join([dataset.name] + [d.name for d, _ in extra])
+    path = cache / f"oracle-validation-{name}-{_cache_key(dataset, *[d for d, _ in extra])}.json"
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -407,11 +422,11 @@ def cached_validation(dataset: str | Path = DEFAULT_DATASET, pages_dataset: str 
     for kinds in result["oracles"].values():
         for s in kinds.values():
             s["dataset"] = dataset.name
-    if pages is not None:
-        page_result = validate(pages, NAMES, kinds=("pages",))
-        for oracle, kinds in page_result["oracles"].items():
-            result["oracles"][oracle]["pages"] = {**kinds["pages"], "dataset": pages.name}
-        result["dataset"] = name
+    for other, kind in extra:
+        kind_result = validate(other, NAMES, kinds=(kind,))
+        for oracle, kinds in kind_result["oracles"].items():
+            result["oracles"][oracle][kind] = {**kinds[kind], "dataset": other.name}
+    result["dataset"] = name
     for kinds in result["oracles"].values():
         for s in kinds.values():
             s.pop("rows", None)

@@ -118,6 +118,36 @@ def test_bbr_beats_cubic_under_heavy_loss(oracle, core):
     assert t[label_index(core, "bbr iw10 h1.1 rto200")] < 0.7 * t[label_index(core, "cubic iw10 h1.1 rto200")]
 
 
+def test_cubic_keeps_more_of_its_window_than_reno_after_random_loss(oracle, core):
+    """After a random loss the window decays by beta per loss (CUBIC 0.7, Reno 0.5) instead of jumping to PFTK's
+    steady state: on 5 Mbit/s, 100 ms, 1% loss (tb-v3-objects: CUBIC IW 10 2.3 s, Reno IW 10 4.5-6.0 s for 1 MB)
+    CUBIC is clearly faster than Reno, and without loss the two are the same."""
+    lossy = oracle.mode_ms([oracle.grid.cell(5, 100, 0.01, 1.0)], "object-1MB", core)[0]
+    clean = oracle.mode_ms([oracle.grid.cell(5, 100, 0.0, 1.0)], "object-1MB", core)[0]
+    cubic, reno = label_index(core, "cubic iw10 h2 rto200"), label_index(core, "reno iw10 h2 rto200")
+    assert lossy[cubic] < 0.85 * lossy[reno]
+    assert clean[cubic] == pytest.approx(clean[reno])
+
+
+def test_loss_epochs_decay_towards_the_steady_state():
+    """``tcp.ca_transient_ms``: one response long enough runs at PFTK's average window (the recursion's fixed point);
+    a short rest right after a loss at a window above the pipe goes at the bottleneck's rate; no segments, no time."""
+    from tailor.oracle import tcp
+
+    rate, rtt, p = 0.5, 100.0, 0.01  # segments/ms, ms: pipe 50 segments
+    col = lambda v: np.array([[v]])  # noqa: E731
+    sh = tcp.Share(rate=col(rate), rtt=col(rtt), p=col(p), pipe=col(rate * rtt), room=col(2 * rate * rtt), q=col(1.0))
+    stack = tcp.Stack(bbr=np.array([[False, False]]), reno=np.array([[True, False]]), iw=np.array([[10.0, 10.0]]),
+                      rto_min=np.full((1, 2), 200.0), syn_rto=np.full((1, 2), 1000.0), sndbuf=np.zeros((1, 2)))
+    long = 200_000.0
+    t = tcp.ca_transient_ms(col(long), col(100.0), sh, stack, col(rate))[0]
+    steady = np.minimum(rate, tcp.cc_window(p, rtt, np.array([True, False])) / rtt)
+    assert t == pytest.approx(long / steady, rel=0.02)
+    short = tcp.ca_transient_ms(col(30.0), col(100.0), sh, stack, col(rate))[0]
+    assert short == pytest.approx(30.0 / rate)  # beta x 100 >= the pipe: the bottleneck's pace
+    assert (tcp.ca_transient_ms(col(0.0), col(100.0), sh, stack, col(rate)) == 0).all()
+
+
 def test_large_initial_window_hurts_on_slow_shallow_link(oracle, core):
     t = oracle.mode_ms([oracle.grid.cell(0.3, 50, 0.0, 0.5)], "object-100KB", core)[0]
     assert t[label_index(core, "cubic iw64 h1.1 rto200")] > t[label_index(core, "cubic iw10 h1.1 rto200")]

@@ -27,7 +27,7 @@ from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
 from tailor.oracle.websites import default_catalog, search_catalog
 from tailor.space import ConfigSpace
 
-VERSION = "model-tcp-v3"
+VERSION = "model-tcp-v4"
 PAGE_MODELS = ("levels", "timeline")  # ModelOracle(pages=...): v2's discovery levels or the page timeline
 H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
 CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later

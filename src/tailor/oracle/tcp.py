@@ -18,6 +18,7 @@ CLIENT_RTO_MIN_MS = 200.0  # an untuned client (Linux TCP_RTO_MIN)
 BBR_STARTUP_GAIN = 2.885  # 2/ln 2: BBR's startup pacing gain
 TLS_FLIGHT_SEGMENTS = 3  # server's TLS 1.3 flight (certificate chain ~4 KB)
 RTO_MAX_MS = 120000.0
+CUBIC_BETA = 0.7  # CUBIC's multiplicative decrease (RFC 8312): the window after a loss is 0.7 W_max
 # The one fitted constant: the recovery round of a loss-based slow start that overflows BDP + buffer, in RTTs (0..1).
 # Chosen by `tailor oracle calibrate` (leave-one-condition-out over tb-v3's 12 conditions; MODEL.md section 6a).
 OVERSHOOT_RECOVERY_RTT = 1.0
@@ -181,15 +182,73 @@ def pacing_ms(d, w0, sh: Share, bbr):
     return np.where(bbr, np.maximum(spread - last / sh.rate, 0.0), 0.0)
 
 
+CA_EPOCHS = 8  # loss epochs followed one by one after slow start; the rest at the steady state (beta^8 <= 0.06)
+CUBIC_C = 0.4  # RFC 8312's C, segments / s^3
+
+
+def first_loss_before(n, p):
+    """E[k | k <= n]: the expected index of the first lost segment given that it is among the first n (geometric)."""
+    pp = np.maximum(p, 1e-12)
+    n = np.maximum(n, 1.0)
+    qn = np.exp(n * np.log1p(-pp))
+    return np.where(p > 0, 1.0 / pp - n * qn / np.maximum(-np.expm1(n * np.log1p(-pp)), 1e-300), (n + 1.0) / 2.0)
+
+
+def ca_transient_ms(rest, w_loss, sh: Share, stack: Stack, goodput):
+    """Time of the ``rest`` segments a loss-based flow sends after a loss at window ``w_loss`` (MODEL.md section 2).
+
+    Epochs of 1/p segments between random losses: each starts at beta x the window the last loss met (CUBIC 0.7,
+    Reno 0.5) and grows per round by Reno's one segment, CUBIC's Reno-friendly 3(1-beta)/(1+beta) or its cubic
+    curve's initial slope 3 C K^2 (K = cbrt(W_max (1-beta)/C), RFC 8312), CUBIC at most back to W_max. An epoch
+    takes its rounds or its segments at the bottleneck's rate, whichever is longer. After ``CA_EPOCHS`` epochs the
+    window has decayed to its average and the rest goes at min(rate, W / rtt), W the CC's average window under
+    random loss (``cc_window``), the fixed point of the same recursion. Timeouts are charged by ``transfer_ms``.
+    """
+    reno = np.asarray(stack.reno, dtype=bool)
+    cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
+    shape = np.broadcast_shapes(np.shape(rest), np.shape(w_loss), np.shape(goodput), np.shape(reno), np.shape(cap),
+                                np.shape(sh.rtt), np.shape(sh.p))
+    flat = lambda a: np.broadcast_to(np.asarray(a, dtype=float), shape).ravel().copy()  # noqa: E731
+    left, p, rtt, rate, cap = flat(rest), flat(sh.p), flat(sh.rtt), flat(goodput), flat(cap)
+    reno = np.broadcast_to(reno, shape).ravel()
+    w_max = np.minimum(flat(w_loss), cap)
+    t = np.zeros(left.size)
+    live = np.flatnonzero(left > 0)  # the epochs run only where segments are left (most responses end in one)
+    for _ in range(CA_EPOCHS):
+        if live.size == 0:
+            break
+        r, wm, c, pl = reno[live], w_max[live], cap[live], p[live]
+        beta = np.where(r, 0.5, CUBIC_BETA)
+        friendly = np.where(r, 1.0, 3 * (1 - CUBIC_BETA) / (1 + CUBIC_BETA))
+        w = np.maximum(beta * wm, 1.0)
+        cubic_slope = 3 * CUBIC_C * np.cbrt(wm * (1 - CUBIC_BETA) / CUBIC_C) ** 2 * rtt[live] / 1000.0
+        a = np.where(r, friendly, np.maximum(friendly, cubic_slope))
+        m = np.minimum(1.0 / np.maximum(pl, 1e-12), left[live])
+        rounds = (np.sqrt(w**2 + 2 * a * m) - w) / a  # w r + a r^2 / 2 = m
+        grown = w + a * rounds
+        w_max[live] = np.minimum(np.where(r, grown, np.minimum(grown, np.maximum(wm, w + friendly * rounds))), c)
+        t[live] += np.maximum(m / rate[live], rounds * rtt[live])
+        left[live] -= m
+        live = live[left[live] > 0]
+    reno_s = np.broadcast_to(np.asarray(stack.reno, dtype=bool), shape)
+    p_s = np.broadcast_to(sh.p, shape)
+    steady = np.minimum(rate.reshape(shape), cc_window(p_s, np.broadcast_to(sh.rtt, shape), reno_s)
+                        / np.broadcast_to(sh.rtt, shape))
+    return t.reshape(shape) + np.maximum(left.reshape(shape), 0.0) / steady
+
+
 def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, burst: bool = True):
     """Request to last byte of d segments on an open connection whose window is w0 (Cardwell-style).
 
-    Loss-based CC: slow start until the first random loss (Cardwell's expected d_ss); that loss costs a
-    fast retransmit (1 RTT) or a timeout (PFTK Q at the slow-start window ``w_ss``, default w0); the rest
-    flows at the CC's steady-state rate (PFTK response with the CC's average window). BBR does not cut its
-    rate on random loss: it delivers rate * (1 - p), pays the same first-loss recovery, and later losses
-    that no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd). ``whole``: slow start
-    in whole rounds (``window_limited_ms``); ``burst`` False: no first-flight loss from the connection's own share of
+    Loss-based CC: slow start ends either at a random loss (probability L that one of the segments sent before
+    the window reaches BDP + buffer is lost; at the expected index of that loss) or, with 1 - L, at the
+    overflow of BDP + buffer (charged by ``overshoot_ms``), whose recovery absorbs the random losses of that
+    window. The first random loss costs a fast retransmit (1 RTT) or a timeout (PFTK Q at the slow-start window
+    ``w_ss``, default w0). The rest goes through the loss epochs that follow (``ca_transient_ms``: the window
+    decays from beta x the window the loss met towards PFTK's steady state, not at once to it). BBR does not cut
+    its rate on random loss: it delivers rate * (1 - p), pays the same first-loss recovery, and later losses that
+    no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd). ``whole``: slow start in
+    whole rounds (``window_limited_ms``); ``burst`` False: no first-flight loss from the connection's own share of
     the path (the page timeline charges first flights against the buffer they share, ``tailor.oracle.timeline``).
     """
     p, rtt = sh.p, sh.rtt
@@ -198,13 +257,19 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, 
     goodput = sh.rate * (1 - p)
     pp = np.maximum(p, 1e-12)  # Cardwell's E[d_ss] -> d as p -> 0
     first_loss_at = np.minimum(d, loss_prob(d, pp) * (1 - pp) / pp + 1)
-    d_ss = np.where(stack.bbr, d, first_loss_at)
+    cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
+    d_overflow = np.maximum(cap - w0, 0.0) + cap  # the window overflows BDP + buffer; its recovery absorbs random losses
+    d_ss = np.where(stack.bbr, d, np.minimum(first_loss_at, d_overflow))
     q_first = timeout_probability((first_loss_at + w_ss) / 2, p)
     first = loss_prob(d, p) * (q_first * timeout_ms(rto, p) + (1 - q_first) * rtt)
     q_later = timeout_probability(np.minimum(np.maximum(w_ss, 2 * sh.pipe + 4), d), p)  # BBR cwnd: 2 BDP + quanta
     later = np.where(stack.bbr, np.maximum(d * p - 1, 0) * q_later * 2 * rtt, 0.0)
-    steady = np.minimum(goodput, cc_rate(p, rtt, rto, stack.reno))
-    ca = (d - d_ss) / steady
+    # losses after the first cut the window (``ca_transient_ms``); each may time out (PFTK's expected cost, the
+    # ``cc_rate`` term): expected count d p - P(any), wherever slow start ended, so time stays monotone
+    later_timeouts = np.maximum(d * p - loss_prob(d, p), 0.0) * rto * np.minimum(1.0, 3 * np.sqrt(3 * p / 8)) \
+        * (1 + 32 * p**2)
+    ca = np.where(stack.bbr, 0.0, ca_transient_ms(d - d_ss, np.minimum(w0 + d_ss, 2 * cap), sh, stack, goodput)
+                  + later_timeouts)
     lossless = window_limited_ms(d_ss, w0, goodput, rtt, whole)
     extra = (burst_loss_ms(d, w0, sh, stack.bbr) if burst else 0.0) + pacing_ms(d, w0, sh, stack.bbr)
     return lossless + first + later + ca + extra
@@ -222,8 +287,6 @@ def warm_window(w0, delivered, sh: Share, stack: Stack):
     cap = np.where(stack.bbr, np.minimum(2 * sh.pipe, sh.room + sh.pipe / BBR_STARTUP_GAIN), loss_based)
     return np.minimum(w0 + delivered, np.maximum(cap, 1.0))
 
-
-CUBIC_BETA = 0.7  # CUBIC's multiplicative decrease (RFC 8312): the window after a loss is 0.7 W_max
 
 
 def mean_rtt_ms(d, w0, sh: Share, bbr):

@@ -186,14 +186,6 @@ CA_EPOCHS = 8  # loss epochs followed one by one after slow start; the rest at t
 CUBIC_C = 0.4  # RFC 8312's C, segments / s^3
 
 
-def first_loss_before(n, p):
-    """E[k | k <= n]: the expected index of the first lost segment given that it is among the first n (geometric)."""
-    pp = np.maximum(p, 1e-12)
-    n = np.maximum(n, 1.0)
-    qn = np.exp(n * np.log1p(-pp))
-    return np.where(p > 0, 1.0 / pp - n * qn / np.maximum(-np.expm1(n * np.log1p(-pp)), 1e-300), (n + 1.0) / 2.0)
-
-
 def ca_transient_ms(rest, w_loss, sh: Share, stack: Stack, goodput):
     """Time of the ``rest`` segments a loss-based flow sends after a loss at window ``w_loss`` (MODEL.md section 2).
 
@@ -240,12 +232,12 @@ def ca_transient_ms(rest, w_loss, sh: Share, stack: Stack, goodput):
 def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, burst: bool = True):
     """Request to last byte of d segments on an open connection whose window is w0 (Cardwell-style).
 
-    Loss-based CC: slow start ends either at a random loss (probability L that one of the segments sent before
-    the window reaches BDP + buffer is lost; at the expected index of that loss) or, with 1 - L, at the
-    overflow of BDP + buffer (charged by ``overshoot_ms``), whose recovery absorbs the random losses of that
-    window. The first random loss costs a fast retransmit (1 RTT) or a timeout (PFTK Q at the slow-start window
-    ``w_ss``, default w0). The rest goes through the loss epochs that follow (``ca_transient_ms``: the window
-    decays from beta x the window the loss met towards PFTK's steady state, not at once to it). BBR does not cut
+    Loss-based CC: slow start ends at the first of Cardwell's expected first random loss and the overflow of
+    BDP + buffer (cap - w0 segments, detected a window of cap segments later; charged by ``overshoot_ms``, its
+    recovery absorbs the random losses of that window). The first random loss costs a fast retransmit (1 RTT) or
+    a timeout (PFTK Q at the slow-start window ``w_ss``, default w0); later ones may time out at PFTK's per-loss
+    cost. The rest goes through the loss epochs that follow (``ca_transient_ms``: the window decays from beta x
+    the window slow start ended with towards the CC's average window, not at once to it). BBR does not cut
     its rate on random loss: it delivers rate * (1 - p), pays the same first-loss recovery, and later losses that
     no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd). ``whole``: slow start in
     whole rounds (``window_limited_ms``); ``burst`` False: no first-flight loss from the connection's own share of
@@ -286,7 +278,6 @@ def warm_window(w0, delivered, sh: Share, stack: Stack):
     loss_based = np.minimum(np.minimum(sh.pipe * (1 + sh.q), sh.room), cc_window(sh.p, sh.rtt, stack.reno))
     cap = np.where(stack.bbr, np.minimum(2 * sh.pipe, sh.room + sh.pipe / BBR_STARTUP_GAIN), loss_based)
     return np.minimum(w0 + delivered, np.maximum(cap, 1.0))
-
 
 
 def mean_rtt_ms(d, w0, sh: Share, bbr):

@@ -95,11 +95,15 @@ def cc_window(p, rtt, reno):
     return np.where(reno, w_reno, np.maximum(w_cubic, w_reno))
 
 
+def loss_timeout_ms(rto, p):
+    """PFTK's expected timeout cost of one loss in congestion avoidance: RTO min(1, 3 sqrt(3p/8)) (1 + 32 p^2)."""
+    return rto * np.minimum(1.0, 3 * np.sqrt(3 * p / 8)) * (1 + 32 * p**2)
+
+
 def cc_rate(p, rtt, rto, reno):
     """Loss-based steady-state rate (segments/ms): PFTK's denominator with the CC's average window."""
     w = cc_window(p, rtt, reno)
-    to = rto * np.minimum(1.0, 3 * np.sqrt(3 * p / 8)) * p * (1 + 32 * p**2)
-    return 1.0 / (rtt / w + to)
+    return 1.0 / (rtt / w + p * loss_timeout_ms(rto, p))
 
 
 def handshake_ms(rtt, p, stack: Stack):
@@ -196,13 +200,12 @@ def ca_transient_ms(rest, w_loss, sh: Share, stack: Stack, goodput):
     window has decayed to its average and the rest goes at min(rate, W / rtt), W the CC's average window under
     random loss (``cc_window``), the fixed point of the same recursion. Timeouts are charged by ``transfer_ms``.
     """
-    reno = np.asarray(stack.reno, dtype=bool)
     cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
-    shape = np.broadcast_shapes(np.shape(rest), np.shape(w_loss), np.shape(goodput), np.shape(reno), np.shape(cap),
-                                np.shape(sh.rtt), np.shape(sh.p))
+    shape = np.broadcast_shapes(np.shape(rest), np.shape(w_loss), np.shape(goodput), np.shape(stack.reno),
+                                np.shape(cap), np.shape(sh.rtt), np.shape(sh.p))
     flat = lambda a: np.broadcast_to(np.asarray(a, dtype=float), shape).ravel().copy()  # noqa: E731
     left, p, rtt, rate, cap = flat(rest), flat(sh.p), flat(sh.rtt), flat(goodput), flat(cap)
-    reno = np.broadcast_to(reno, shape).ravel()
+    reno = flat(stack.reno) > 0
     w_max = np.minimum(flat(w_loss), cap)
     t = np.zeros(left.size)
     live = np.flatnonzero(left > 0)  # the epochs run only where segments are left (most responses end in one)
@@ -222,11 +225,8 @@ def ca_transient_ms(rest, w_loss, sh: Share, stack: Stack, goodput):
         t[live] += np.maximum(m / rate[live], rounds * rtt[live])
         left[live] -= m
         live = live[left[live] > 0]
-    reno_s = np.broadcast_to(np.asarray(stack.reno, dtype=bool), shape)
-    p_s = np.broadcast_to(sh.p, shape)
-    steady = np.minimum(rate.reshape(shape), cc_window(p_s, np.broadcast_to(sh.rtt, shape), reno_s)
-                        / np.broadcast_to(sh.rtt, shape))
-    return t.reshape(shape) + np.maximum(left.reshape(shape), 0.0) / steady
+    steady = np.minimum(rate, cc_window(p, rtt, reno) / rtt)
+    return (t + np.maximum(left, 0.0) / steady).reshape(shape)
 
 
 def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, burst: bool = True):
@@ -257,9 +257,8 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, 
     q_later = timeout_probability(np.minimum(np.maximum(w_ss, 2 * sh.pipe + 4), d), p)  # BBR cwnd: 2 BDP + quanta
     later = np.where(stack.bbr, np.maximum(d * p - 1, 0) * q_later * 2 * rtt, 0.0)
     # losses after the first cut the window (``ca_transient_ms``); each may time out (PFTK's expected cost, the
-    # ``cc_rate`` term): expected count d p - P(any), wherever slow start ended, so time stays monotone
-    later_timeouts = np.maximum(d * p - loss_prob(d, p), 0.0) * rto * np.minimum(1.0, 3 * np.sqrt(3 * p / 8)) \
-        * (1 + 32 * p**2)
+    # ``cc_rate``'s term): expected count d p - P(any), wherever slow start ended, so time stays monotone
+    later_timeouts = np.maximum(d * p - loss_prob(d, p), 0.0) * loss_timeout_ms(rto, p)
     ca = np.where(stack.bbr, 0.0, ca_transient_ms(d - d_ss, np.minimum(w0 + d_ss, 2 * cap), sh, stack, goodput)
                   + later_timeouts)
     lossless = window_limited_ms(d_ss, w0, goodput, rtt, whole)

@@ -27,7 +27,7 @@ from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
 from tailor.oracle.websites import default_catalog, search_catalog
 from tailor.space import ConfigSpace
 
-VERSION = "model-tcp-v4"
+VERSION = "model-tcp-v5"
 PAGE_MODELS = ("levels", "timeline")  # ModelOracle(pages=...): v2's discovery levels or the page timeline
 H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
 CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later
@@ -289,7 +289,8 @@ def _connection_ms(queue: list[float], before: float, cold: bool, share: tcp.Sha
         w0 = iw if done == 0 else tcp.warm_window(iw, done, share, stack)
         t = t + tcp.transfer_ms(d, w0, share, stack, w_ss=iw + done)
         done += d
-    return t + tcp.overshoot_ms(before, done - before, iw, share, stack.bbr)
+    return t + tcp.overshoot_ms(before, done - before, iw, share, stack.bbr,
+                                hystart=tcp.hystart_exit(iw, share, stack)[1])
 
 
 def _rwnd(metric: str) -> float:

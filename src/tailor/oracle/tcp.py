@@ -139,6 +139,36 @@ def window_limited_ms(d, w0, rate, rtt, whole: bool = False):
     return rtt + d / rate + gaps * rtt - sent_in_gaps / rate
 
 
+HYSTART_ACK_DELTA_MS = 2.0  # Linux tcp_cubic hystart_ack_delta_us: ACKs further apart than this break the train
+HYSTART_LOW_WINDOW = 16.0  # Linux tcp_cubic hystart_low_window: HyStart acts only from this window up
+
+
+def hystart_exit(w0, sh: Share, stack: Stack):
+    """CUBIC's HyStart ACK-train exit (Linux tcp_cubic.c, MODEL.md section 2): (window at the exit, probability
+    that slow start leaves there, before it overflows BDP + buffer; 0 for Reno and BBR).
+
+    A round's ACKs arrive at the bottleneck's pace; HyStart leaves slow start once they have kept coming, each
+    within 2 ms of the last, for half the minimum RTT: in the first round (after the first flight, whose first ACK
+    opens the round) whose window W is at least pipe / 2, after pipe / 2 ACKs, at cwnd W + pipe / 2. Over the
+    phase of the doubling, W averages pipe / (2 ln 2) (or is 2 w0 when the first flight already is larger).
+    The train holds when an ACK every segment (1 / rate) or every other segment (2 / rate) comes within 2 ms:
+    log-linear from 0 at rate = 0.5 to 1 at rate = 1 segment/ms (5.8 to 11.6 Mbit/s). The exit leaves no loss
+    where W + pipe / 2 is within BDP + buffer, over the same phase: log2((cap - pipe / 2) / max(2 w0, pipe / 2)),
+    clipped to [0, 1]. The delay-based exit (RTT up by clamp(rtt / 8, 4, 16) ms) comes a round after the queue
+    builds, past the overflow point at buffers up to about one BDP, and is not modelled.
+    """
+    pipe = sh.pipe
+    cap = np.maximum(pipe * (1 + sh.q), 1.0)
+    w0 = np.maximum(np.asarray(w0, dtype=float), 1.0)
+    low = np.maximum(HYSTART_LOW_WINDOW - pipe / 2, 0.0)
+    first = np.maximum(np.maximum(2 * w0, pipe / 2), low)
+    w_exit = np.maximum(np.maximum(2 * w0, pipe / (2 * np.log(2))) + pipe / 2, HYSTART_LOW_WINDOW)
+    train = np.clip(np.log2(np.maximum(HYSTART_ACK_DELTA_MS * sh.rate, 1e-12)), 0.0, 1.0)
+    fits = np.clip(np.log2(np.maximum(cap - pipe / 2, 1e-12) / first), 0.0, 1.0)
+    cubic = ~(np.asarray(stack.bbr, dtype=bool) | np.asarray(stack.reno, dtype=bool))
+    return w_exit, np.where(cubic, train * fits, 0.0)
+
+
 def burst_loss_ms(d, w0, sh: Share, bbr):
     """Initial burst larger than the connection's share of BDP + buffer: the excess is dropped.
 
@@ -151,7 +181,7 @@ def burst_loss_ms(d, w0, sh: Share, bbr):
     return sh.rtt * np.maximum(burst - room, 0.0) / burst
 
 
-def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None):
+def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None, hystart=None):
     """Slow start that outgrows BDP + buffer loses a window tail; the pipe idles if the buffer < 1 BDP.
 
     Charged per level on each connection: the ramp (one window past the point where a window grown from
@@ -161,7 +191,8 @@ def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None):
     MODEL.md 6a), or the idle pipe rtt * (1 - q) during it when the buffer is under one BDP, whichever is more;
     at most one RTT, what a random loss that ends slow start costs instead (so time stays monotone in loss).
     Not charged when a random loss ended slow start first (probability 1 - (1-p)^segments; that loss is charged
-    by ``transfer_ms`` and costs at least one RTT). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
+    by ``transfer_ms`` and costs at least one RTT), nor when CUBIC's HyStart left slow start first (probability
+    ``hystart``, from ``hystart_exit``). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
     BDP it loses packets too but keeps its rate, so it pays half as much, scaled by (1.5 - q)/1.5.
     """
     cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
@@ -170,6 +201,8 @@ def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None):
     survive = 1.0 - loss_prob(np.minimum(to_cap + cap, before + d), sh.p)
     recovery = OVERSHOOT_RECOVERY_RTT if recovery is None else recovery  # the page timeline fits its own
     loss_based = np.maximum(np.maximum(1.0 - sh.q, 0.0), recovery) * survive
+    if hystart is not None:
+        loss_based = loss_based * (1.0 - hystart)
     bbr_cost = 0.5 * np.clip((1.5 - sh.q) / 1.5, 0.0, 1.0)
     return crossed * sh.rtt * np.where(bbr, bbr_cost, loss_based)
 
@@ -237,7 +270,9 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, 
     recovery absorbs the random losses of that window). The first random loss costs a fast retransmit (1 RTT) or
     a timeout (PFTK Q at the slow-start window ``w_ss``, default w0); later ones may time out at PFTK's per-loss
     cost. The rest goes through the loss epochs that follow (``ca_transient_ms``: the window decays from beta x
-    the window slow start ended with towards the CC's average window, not at once to it). BBR does not cut
+    the window slow start ended with towards the CC's average window, not at once to it). CUBIC: with the
+    probability of ``hystart_exit``, slow start ends at its exit window without a loss if the expected first random
+    loss comes later, and the window is kept until that loss. BBR does not cut
     its rate on random loss: it delivers rate * (1 - p), pays the same first-loss recovery, and later losses that
     no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd). ``whole``: slow start in
     whole rounds (``window_limited_ms``); ``burst`` False: no first-flight loss from the connection's own share of
@@ -262,6 +297,21 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, 
     ca = np.where(stack.bbr, 0.0, ca_transient_ms(d - d_ss, np.minimum(w0 + d_ss, 2 * cap), sh, stack, goodput)
                   + later_timeouts)
     lossless = window_limited_ms(d_ss, w0, goodput, rtt, whole)
+    w_exit, hs = hystart_exit(w0, sh, stack)
+    if np.any(hs > 0):  # CUBIC's HyStart: slow start may end at w_exit with no loss, the window kept (MODEL.md 2)
+        d_exit = np.maximum(w_exit - w0, 0.0)
+        d_hs = np.minimum(first_loss_at, d_exit)
+        # the exit keeps its window: the segments up to the first random loss go at w_exit (growing at CUBIC's
+        # Reno-friendly slope; the cubic curve starts flat), then the loss epochs from the window it met
+        kept = np.clip(np.minimum(first_loss_at, d) - d_exit, 0.0, None)
+        a = 3 * (1 - CUBIC_BETA) / (1 + CUBIC_BETA)
+        rounds = (np.sqrt(w_exit**2 + 2 * a * kept) - w_exit) / a
+        t_kept = np.maximum(kept / goodput, rounds * rtt)
+        w_met = np.where(kept > 0, np.minimum(w_exit + a * rounds, 2 * cap), np.minimum(w0 + d_hs, 2 * cap))
+        ca_hs = t_kept + ca_transient_ms(d - d_hs - kept, w_met, sh, stack, goodput) + later_timeouts
+        lossless_hs = window_limited_ms(d_hs, w0, goodput, rtt, whole)
+        ca = ca + hs * (ca_hs - ca)
+        lossless = lossless + hs * (lossless_hs - lossless)
     extra = (burst_loss_ms(d, w0, sh, stack.bbr) if burst else 0.0) + pacing_ms(d, w0, sh, stack.bbr)
     return lossless + first + later + ca + extra
 
@@ -327,7 +377,8 @@ def mean_rtt_ms(d, w0, sh: Share, bbr):
 def slow_start_end_probability(d, w0, sh: Share):
     """Probability that a loss-based response of d segments ends still in slow start (SmartIW Table I's state):
     no random loss among its segments, and its window still below the point where it overflows BDP + buffer
-    (reaching that point costs a loss, which ends slow start). HyStart's delay-based exit is not modelled."""
+    (reaching that point costs a loss, which ends slow start). HyStart's exits (``hystart_exit``) are not counted:
+    the share of a loss-based CC without HyStart (Reno), an upper bound on CUBIC's."""
     cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
     w0 = np.maximum(np.asarray(w0, dtype=float), 1.0)
     rounds_below = np.ceil(np.log2(np.maximum(cap / w0, 1.0)))  # rounds whose window is still below the cap

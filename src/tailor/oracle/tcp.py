@@ -148,9 +148,10 @@ def hystart_exit(w0, sh: Share, stack: Stack):
     that slow start leaves there, before it overflows BDP + buffer; 0 for Reno and BBR).
 
     A round's ACKs arrive at the bottleneck's pace; HyStart leaves slow start once they have kept coming, each
-    within 2 ms of the last, for half the minimum RTT: in the first round (after the first flight, whose first ACK
-    opens the round) whose window W is at least pipe / 2, after pipe / 2 ACKs, at cwnd W + pipe / 2. Over the
-    phase of the doubling, W averages pipe / (2 ln 2) (or is 2 w0 when the first flight already is larger).
+    within 2 ms of the last, for half the minimum RTT: in the first round after the first flight (whose ACKs fall in
+    a round opened during the handshake, long before them) whose window W is at least pipe / 2, after pipe / 2 ACKs,
+    at cwnd W + pipe / 2. Over the phase of the doubling, W averages pipe / (2 ln 2) (or is 2 w0 when the first
+    flight already is larger).
     The train holds when an ACK every segment (1 / rate) or every other segment (2 / rate) comes within 2 ms:
     log-linear from 0 at rate = 0.5 to 1 at rate = 1 segment/ms (5.8 to 11.6 Mbit/s). The exit leaves no loss
     where W + pipe / 2 is within BDP + buffer, over the same phase: log2((cap - pipe / 2) / max(2 w0, pipe / 2)),

@@ -41,6 +41,7 @@ import argparse
 import json
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -94,18 +95,18 @@ def burst_loss_ms(d, w0, sh: tcp.Share, bbr):
     return np.minimum(lost, 1.0) * idle * _state["share"]
 
 
-def overshoot_ms(d, w0, before, iw, sh: tcp.Share, bbr):
+def overshoot_ms(d, w0, before, iw, sh: tcp.Share, stack: tcp.Stack):
     cap = sh.pipe + _buffer(sh) + 1.0
     peak = np.minimum((d + w0) / 2.0, d)
-    excess = np.maximum(np.maximum(peak - cap, 0.0) - _burst_lost(d, w0, sh, bbr), 0.0)
+    excess = np.maximum(np.maximum(peak - cap, 0.0) - _burst_lost(d, w0, sh, stack.bbr), 0.0)
     any_drop = np.minimum(excess, 1.0)
     tail_only = any_drop * np.clip(2.0 - excess, 0.0, 1.0)
     survive = 1.0 - tcp.loss_prob(peak, sh.p)
     rack = sh.rtt * np.maximum(np.maximum(1.0 - sh.q, 0.0), tcp.OVERSHOOT_RECOVERY_RTT)
     tlp = sh.rtt + 2.0 * (sh.rtt + _buffer(sh) / sh.rate)
     loss_based = survive * (tail_only * tlp + (any_drop - tail_only) * rack)
-    bbr_v2 = tcp.overshoot_ms(before, d, iw, sh, np.ones_like(bbr))  # v2's BBR term
-    return np.where(bbr, bbr_v2, loss_based)
+    bbr_v2 = tcp.overshoot_ms(before, d, iw, sh, replace(stack, bbr=np.ones_like(stack.bbr)))  # v2's BBR term
+    return np.where(stack.bbr, bbr_v2, loss_based)
 
 
 def connection_ms(queue, before, cold, share, stack, rwnd=model.CLIENT_RWND_SEGMENTS):
@@ -121,9 +122,9 @@ def connection_ms(queue, before, cold, share, stack, rwnd=model.CLIENT_RWND_SEGM
         _state["first"] = False
         done += d
     if "overshoot" in _state["on"]:
-        over = overshoot_ms(done - before, w_start, before, iw, share, stack.bbr)
+        over = overshoot_ms(done - before, w_start, before, iw, share, stack)
     else:
-        over = _V2["overshoot"](before, done - before, iw, share, stack.bbr)
+        over = _V2["overshoot"](before, done - before, iw, share, stack)
     return t + over * _state["share"]
 
 

@@ -289,8 +289,7 @@ def _connection_ms(queue: list[float], before: float, cold: bool, share: tcp.Sha
         w0 = iw if done == 0 else tcp.warm_window(iw, done, share, stack)
         t = t + tcp.transfer_ms(d, w0, share, stack, w_ss=iw + done)
         done += d
-    return t + tcp.overshoot_ms(before, done - before, iw, share, stack.bbr,
-                                hystart=tcp.hystart_exit(iw, share, stack)[1])
+    return t + tcp.overshoot_ms(before, done - before, iw, share, stack)
 
 
 def _rwnd(metric: str) -> float:

@@ -19,6 +19,7 @@ BBR_STARTUP_GAIN = 2.885  # 2/ln 2: BBR's startup pacing gain
 TLS_FLIGHT_SEGMENTS = 3  # server's TLS 1.3 flight (certificate chain ~4 KB)
 RTO_MAX_MS = 120000.0
 CUBIC_BETA = 0.7  # CUBIC's multiplicative decrease (RFC 8312): the window after a loss is 0.7 W_max
+CUBIC_FRIENDLY = 3 * (1 - CUBIC_BETA) / (1 + CUBIC_BETA)  # its Reno-friendly growth, segments per round (RFC 8312)
 # The one fitted constant: the recovery round of a loss-based slow start that overflows BDP + buffer, in RTTs (0..1).
 # Chosen by `tailor oracle calibrate` (leave-one-condition-out over tb-v3's 12 conditions; MODEL.md section 6a).
 OVERSHOOT_RECOVERY_RTT = 1.0
@@ -182,7 +183,7 @@ def burst_loss_ms(d, w0, sh: Share, bbr):
     return sh.rtt * np.maximum(burst - room, 0.0) / burst
 
 
-def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None, hystart=None):
+def overshoot_ms(before, d, iw, sh: Share, stack: Stack, recovery=None):
     """Slow start that outgrows BDP + buffer loses a window tail; the pipe idles if the buffer < 1 BDP.
 
     Charged per level on each connection: the ramp (one window past the point where a window grown from
@@ -192,8 +193,8 @@ def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None, hystart=None):
     MODEL.md 6a), or the idle pipe rtt * (1 - q) during it when the buffer is under one BDP, whichever is more;
     at most one RTT, what a random loss that ends slow start costs instead (so time stays monotone in loss).
     Not charged when a random loss ended slow start first (probability 1 - (1-p)^segments; that loss is charged
-    by ``transfer_ms`` and costs at least one RTT), nor when CUBIC's HyStart left slow start first (probability
-    ``hystart``, from ``hystart_exit``). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
+    by ``transfer_ms`` and costs at least one RTT), nor when CUBIC's HyStart left slow start first (the probability
+    of ``hystart_exit`` from ``iw``). BBR startup queues ~1.9 BDP whatever the random loss; with a buffer under ~1.5
     BDP it loses packets too but keeps its rate, so it pays half as much, scaled by (1.5 - q)/1.5.
     """
     cap = np.maximum(sh.pipe * (1 + sh.q), 1.0)
@@ -201,11 +202,9 @@ def overshoot_ms(before, d, iw, sh: Share, bbr, recovery=None, hystart=None):
     crossed = np.clip((before + d - to_cap) / cap, 0.0, 1.0) * np.minimum(d / cap, 1.0)
     survive = 1.0 - loss_prob(np.minimum(to_cap + cap, before + d), sh.p)
     recovery = OVERSHOOT_RECOVERY_RTT if recovery is None else recovery  # the page timeline fits its own
-    loss_based = np.maximum(np.maximum(1.0 - sh.q, 0.0), recovery) * survive
-    if hystart is not None:
-        loss_based = loss_based * (1.0 - hystart)
+    loss_based = np.maximum(np.maximum(1.0 - sh.q, 0.0), recovery) * survive * (1.0 - hystart_exit(iw, sh, stack)[1])
     bbr_cost = 0.5 * np.clip((1.5 - sh.q) / 1.5, 0.0, 1.0)
-    return crossed * sh.rtt * np.where(bbr, bbr_cost, loss_based)
+    return crossed * sh.rtt * np.where(stack.bbr, bbr_cost, loss_based)
 
 
 def pacing_ms(d, w0, sh: Share, bbr):
@@ -248,7 +247,7 @@ def ca_transient_ms(rest, w_loss, sh: Share, stack: Stack, goodput):
             break
         r, wm, c, pl = reno[live], w_max[live], cap[live], p[live]
         beta = np.where(r, 0.5, CUBIC_BETA)
-        friendly = np.where(r, 1.0, 3 * (1 - CUBIC_BETA) / (1 + CUBIC_BETA))
+        friendly = np.where(r, 1.0, CUBIC_FRIENDLY)
         w = np.maximum(beta * wm, 1.0)
         cubic_slope = 3 * CUBIC_C * np.cbrt(wm * (1 - CUBIC_BETA) / CUBIC_C) ** 2 * rtt[live] / 1000.0
         a = np.where(r, friendly, np.maximum(friendly, cubic_slope))
@@ -305,10 +304,9 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, 
         # the exit keeps its window: the segments up to the first random loss go at w_exit (growing at CUBIC's
         # Reno-friendly slope; the cubic curve starts flat), then the loss epochs from the window it met
         kept = np.clip(np.minimum(first_loss_at, d) - d_exit, 0.0, None)
-        a = 3 * (1 - CUBIC_BETA) / (1 + CUBIC_BETA)
-        rounds = (np.sqrt(w_exit**2 + 2 * a * kept) - w_exit) / a
+        rounds = (np.sqrt(w_exit**2 + 2 * CUBIC_FRIENDLY * kept) - w_exit) / CUBIC_FRIENDLY
         t_kept = np.maximum(kept / goodput, rounds * rtt)
-        w_met = np.where(kept > 0, np.minimum(w_exit + a * rounds, 2 * cap), np.minimum(w0 + d_hs, 2 * cap))
+        w_met = np.where(kept > 0, np.minimum(w_exit + CUBIC_FRIENDLY * rounds, 2 * cap), np.minimum(w0 + d_hs, 2 * cap))
         ca_hs = t_kept + ca_transient_ms(d - d_hs - kept, w_met, sh, stack, goodput) + later_timeouts
         lossless_hs = window_limited_ms(d_hs, w0, goodput, rtt, whole)
         ca = ca + hs * (ca_hs - ca)

@@ -205,15 +205,13 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
                 end = start + tcp.window_limited_ms(flow, w0, goodput, sh.rtt, whole) \
                     + tcp.transfer_ms(d, w_now, sh, stack, w_ss=iw + sent, whole=whole, burst=burst) \
                     - tcp.window_limited_ms(d, w_now, goodput, sh.rtt, whole) \
-                    + tcp.overshoot_ms(sent, d, iw, sh, stack.bbr, RECOVERY_RTT,
-                                     hystart=tcp.hystart_exit(iw, sh, stack)[1])
+                    + tcp.overshoot_ms(sent, d, iw, sh, stack, RECOVERY_RTT)
                 if cc is not None:  # a loss-based flow delivers no faster than its CC's average rate under random loss
                     steady = np.where(stack.bbr, goodput, np.minimum(goodput, cc))
                     end = np.maximum(end, start + sh.rtt + flow / steady)
             else:
                 end = start + tcp.transfer_ms(flow, w0, sh, stack, w_ss=iw + before, whole=whole, burst=burst) \
-                    + tcp.overshoot_ms(before, flow, iw, sh, stack.bbr, RECOVERY_RTT,
-                                     hystart=tcp.hystart_exit(iw, sh, stack)[1])
+                    + tcp.overshoot_ms(before, flow, iw, sh, stack, RECOVERY_RTT)
             if "shared" in opts and joins:  # what this response adds to the flow's first flight
                 added = np.minimum(w0, flow) - np.minimum(w0, flow - d)
                 end = end + _shared_loss_ms(start, flow, w0, flights, path, stack, burst=added, **loss_opts)
@@ -238,8 +236,7 @@ def _pass(page: _Page, path, stack, h2, opts, shares):
         delivered = np.choose(pick, [c[1] for c in pool])
         w0 = np.where(delivered > 0, tcp.warm_window(iw, delivered, sh, stack), iw)
         done[i] = start + tcp.transfer_ms(d, w0, sh, stack, w_ss=iw + delivered, whole=whole, burst=burst) \
-            + tcp.overshoot_ms(delivered, d, iw, sh, stack.bbr, RECOVERY_RTT,
-                                   hystart=tcp.hystart_exit(iw, sh, stack)[1])
+            + tcp.overshoot_ms(delivered, d, iw, sh, stack, RECOVERY_RTT)
         if "shared" in opts:
             done[i] = done[i] + _shared_loss_ms(start, d, w0, flights, path, stack, **loss_opts)
         for k, c in enumerate(pool):

@@ -56,8 +56,9 @@ PRIORITY = {"html": 0, "css": 1, "font": 1, "js": 2, "other": 3, "img": 4}
 H1_MAX = model.H1_CONNECTIONS_PER_ORIGIN
 # The timeline's own value of the one fitted constant (``tcp.OVERSHOOT_RECOVERY_RTT`` for the levels): the recovery
 # round of a loss-based slow start that overflows BDP + buffer, in RTTs. Chosen by `tailor oracle calibrate --oracle
-# model-timeline` (leave-one-condition-out over tb-v3's 12 conditions: 0.75 in 10 folds, 1 in 2; MODEL.md 3a).
-RECOVERY_RTT = 0.75
+# model-timeline` (leave-one-condition-out over tb-v3's 12 conditions; MODEL.md 3a): 0.75 in 10 folds and 1 in 2 on v2,
+# 0.75 in 12 of 12 on v4; on v5 (CUBIC's HyStart, MODEL.md 6c) 1 in 12 of 12, fitted on all conditions 1.
+RECOVERY_RTT = 1.0
 
 
 def parents(site) -> list[tuple[str, int | None]]:

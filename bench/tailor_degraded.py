@@ -11,6 +11,9 @@ slower than the registry default on the same page load (:data:`tailor.eval.metri
   the default's, which with the simulator's common noise draw is the evaluation's degraded page load): what
   `tailor` inherits wherever it stays on the baseline;
 * the baseline's degraded page loads by the true network condition (bandwidth x loss) and by client /24;
+* with the measured oracle: the page loads whose true condition lies beyond the measured conditions of the workload
+  the oracle takes its ratios from (slower, faster or lossier than any measured one), and their share of `tailor`'s
+  and the baseline's degraded page loads: there the oracle extrapolates;
 * at the page loads `tailor` served on the baseline while the baseline was degraded: the policy's posterior (mean
   and sd of the effect against the baseline, log time) of the default configuration and of the configuration that
   is truly best there, against the true effects.
@@ -28,6 +31,7 @@ import time
 import numpy as np
 
 from tailor.eval.metrics import DEGRADED
+from tailor.oracle.measured import MeasuredOracle
 from tailor.eval.run import _git_commit
 from tailor.oracle.select import select_oracle
 from tailor.policies import make_policy
@@ -53,6 +57,24 @@ def observed(policy) -> list[tuple]:
 
     policy._select = _select
     return log
+
+
+def extrapolated(oracle: MeasuredOracle, world, bw: np.ndarray, loss: np.ndarray) -> dict[str, np.ndarray]:
+    """Per page load, whether its true condition lies outside the measured conditions of the workload whose ratios the
+    measured oracle applies to its website (``_borrow``): slower than the slowest, faster than the fastest, lossier than
+    the lossiest; the oracle's times there are the model's shape times ratios interpolated from farther conditions."""
+    names = np.array(world.tensor.site_names)[world.site]
+    slower, faster, lossier = (np.zeros(len(bw), dtype=bool) for _ in range(3))
+    for name in set(names.tolist()):
+        w = oracle._borrow[name]
+        measured = np.isfinite(oracle._log_ratio[w]).any(axis=1)
+        conds = oracle.conds[measured]
+        on = names == name
+        slower |= on & (bw < conds["down_mbps"].min())
+        faster |= on & (bw > conds["down_mbps"].max())
+        lossier |= on & (loss > conds["loss"].max())
+    return {"bandwidth below the slowest measured": slower, "bandwidth above the fastest measured": faster,
+            "loss above the lossiest measured": lossier, "any of these": slower | faster | lossier}
 
 
 def table(rows: list[tuple], header: str) -> None:
@@ -127,6 +149,12 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
         print(f"(the configuration best there on average: {labels[best]}, true effect "
               f"{effect[here, best].mean():+.3f}, played {int((rec['config'][on] == best).sum())} "
               "times)")
+    if isinstance(oracle, MeasuredOracle):
+        outside = extrapolated(oracle, world, bw, loss)
+        rows = [(what, int(on.sum()), f"{100 * on.mean():.1f}%", f"{100 * (deg & on).sum() / max(deg.sum(), 1):.0f}%",
+                 f"{100 * (base_deg & on).sum() / max(base_deg.sum(), 1):.0f}%") for what, on in outside.items()]
+        table(rows, "\n| where the measured oracle extrapolates (beyond its website's measured conditions) | page loads | "
+                    "share | of tailor's degraded | of the baseline's degraded |")
     stuck = np.flatnonzero(base_deg & (rec["config"] == base))
     if len(stuck):
         mean, sd = post_mean[stuck], post_sd[stuck]

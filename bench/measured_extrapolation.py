@@ -34,18 +34,13 @@ def main() -> None:
         cell = cell.drop_duplicates(V.KEYS)
         if len(cell) < V.MIN_CONFIGS or page not in measured.workloads:
             continue
-        space = V._anchor_space(cell[V.KEYS])
-        idx = V._config_index(space, cell)
         first = cell.iloc[0]
-        bw, rtt, loss = ([float(first[k])] for k in ("down_mbps", "rtt_ms", "loss"))
-        q = [float(V.queue_bdp(bw[0], rtt[0], float(first["queue_packets"])))]
-        site = measured.workloads[page]
-        preds = {"model": V._model_ms(site, bw, rtt, loss, q, space)[0, idx],
-                 "model-timeline": V._model_ms(site, bw, rtt, loss, q, space, pages="timeline")[0, idx],
-                 f"{measured.name} (extrapolated)": measured.mode_at(bw, rtt, loss, q, page, space)[0, idx]}
+        bw, rtt, loss = (float(first[k]) for k in ("down_mbps", "rtt_ms", "loss"))
+        preds = {name: V.predict_cell(name, measured, cell, page) for name in ("model", "model-timeline")}
+        preds[f"{measured.name} (extrapolated)"] = V.predict_cell("measured", measured, cell, page)
         m = cell["median"].to_numpy()
         keys = [(r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)) for r in cell.itertuples()]
-        print(f"{cond} ({bw[0]:g} Mbit/s, {rtt[0]:g} ms, loss {loss[0]:g}) {page}: {len(cell)} configurations, "
+        print(f"{cond} ({bw:g} Mbit/s, {rtt:g} ms, loss {loss:g}) {page}: {len(cell)} configurations, "
               f"repetitions median {cell['n'].median():.0f}, CV median {cell['cv'].median():.3f}")
         for name, p in preds.items():
             s = V.cell_scores(m, p)

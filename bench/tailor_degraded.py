@@ -31,8 +31,8 @@ import time
 import numpy as np
 
 from tailor.eval.metrics import DEGRADED
-from tailor.oracle.measured import MeasuredOracle
 from tailor.eval.run import _git_commit
+from tailor.oracle.measured import MeasuredOracle
 from tailor.oracle.select import select_oracle
 from tailor.policies import make_policy
 from tailor.policies.base import parse_policy_params

@@ -194,6 +194,23 @@ def split_half_costs(dataset: Path, kind: str) -> dict:
     return {key: _half_cost(a, b) for key, (a, b) in _half_medians(dataset, kind).items()}
 
 
+def predict_cell(name: str, oracle: MeasuredOracle, cell: pd.DataFrame, workload: str,
+                 exclude: str | None = None) -> np.ndarray:
+    """Oracle ``name``'s times for the measured configurations of one cell (rows of one condition and workload, one
+    per configuration), in the rows' order: the model (levels or timeline) at the cell's condition, or the measured
+    ``oracle`` interpolated there, without condition ``exclude`` (leave-one-condition-out)."""
+    space = _anchor_space(cell[KEYS])
+    idx = _config_index(space, cell)
+    first = cell.iloc[0]
+    bw, rtt, loss = ([float(first[k])] for k in ("down_mbps", "rtt_ms", "loss"))
+    q = [float(queue_bdp(bw[0], rtt[0], float(first["queue_packets"])))]  # the model's buffer unit: BDPs
+    if name == "model":
+        return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space)[0, idx]
+    if name == "model-timeline":
+        return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, pages="timeline")[0, idx]
+    return oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=exclude)[0, idx]
+
+
 def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict, list[dict]]:
     """(summary, per-cell rows) of oracle ``name`` on the dataset behind ``oracle`` for one workload kind."""
     if name not in NAMES:
@@ -208,17 +225,8 @@ def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict,
             cell = cell.drop_duplicates(KEYS)
             if len(cell) < MIN_CONFIGS:
                 continue
-            space = _anchor_space(cell[KEYS])
-            idx = _config_index(space, cell)
             first = cell.iloc[0]
-            bw, rtt, loss = ([float(first[k])] for k in ("down_mbps", "rtt_ms", "loss"))
-            q = [float(queue_bdp(bw[0], rtt[0], float(first["queue_packets"])))]  # the model's buffer unit: BDPs
-            if name == "model":
-                pred = _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space)[0, idx]
-            elif name == "model-timeline":
-                pred = _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, pages="timeline")[0, idx]
-            else:
-                pred = oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=cond)[0, idx]
+            pred = predict_cell(name, oracle, cell, workload, exclude=cond)
             scores = cell_scores(cell["median"].to_numpy(), pred)
             keys = [(cond, workload, r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)) for r in cell.itertuples()]
             contrasts = cell_contrasts([k[2:] for k in keys], cell["median"].to_numpy(), pred)

@@ -27,7 +27,7 @@ from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
 from tailor.oracle.websites import default_catalog, search_catalog
 from tailor.space import ConfigSpace
 
-VERSION = "model-tcp-v5"
+VERSION = "model-tcp-v6"
 PAGE_MODELS = ("levels", "timeline")  # ModelOracle(pages=...): v2's discovery levels or the page timeline
 H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
 CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later
@@ -272,11 +272,15 @@ def mean_rtt_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> 
 
 def _share(path: _Path, stack: tcp.Stack, byte_share: float, conn_share: float) -> tcp.Share:
     """One connection's share: rate by bytes (all finish together when bandwidth-bound), capped by
-    the send buffer (sndbuf / rtt); burst room = equal share of BDP + buffer."""
+    the send buffer (sndbuf / rtt); burst room = equal share of BDP + buffer. A connection alone on the path
+    meets an empty pipe with its first flight: the buffer and the packet in service absorb it. The connections of
+    a level of several keep the equal share of BDP + buffer: Chromium sends their requests as it discovers them,
+    so their flights leave spread over the level rather than at once (the timeline times them; MODEL.md 2, 3a)."""
     rate = path.rate * byte_share
     rate = np.where(stack.sndbuf > 0, np.minimum(rate, stack.sndbuf / tcp.MSS / path.rtt), rate)
     room = (path.bdp + path.buffer) * conn_share
-    return tcp.Share(rate=rate, rtt=path.rtt, p=path.p, pipe=rate * path.rtt, room=room, q=path.q)
+    flight = path.buffer + 1.0 if conn_share >= 1.0 else None
+    return tcp.Share(rate=rate, rtt=path.rtt, p=path.p, pipe=rate * path.rtt, room=room, q=path.q, flight=flight)
 
 
 def _connection_ms(queue: list[float], before: float, cold: bool, share: tcp.Share, stack: tcp.Stack,

@@ -22,7 +22,7 @@ CUBIC_BETA = 0.7  # CUBIC's multiplicative decrease (RFC 8312): the window after
 CUBIC_FRIENDLY = 3 * (1 - CUBIC_BETA) / (1 + CUBIC_BETA)  # its Reno-friendly growth, segments per round (RFC 8312)
 # The one fitted constant: the recovery round of a loss-based slow start that overflows BDP + buffer, in RTTs (0..1).
 # Chosen by `tailor oracle calibrate` (leave-one-condition-out over tb-v3's 12 conditions; MODEL.md section 6a).
-OVERSHOOT_RECOVERY_RTT = 1.0
+OVERSHOOT_RECOVERY_RTT = 0.75
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,9 @@ class Share:
 
     ``rate`` is its share of the bottleneck (segments/ms, already capped by the send buffer), ``rtt`` and
     ``p`` the path's, ``pipe`` = rate * rtt its share of the BDP, ``room`` its equal share of BDP + buffer
-    (what absorbs a simultaneous burst), ``q`` the buffer in BDPs.
+    (what absorbs a simultaneous burst), ``q`` the buffer in BDPs. ``flight``: what absorbs the connection's
+    first flight when it differs from ``room``: for a connection alone on the path, the buffer and the packet in
+    service (a flight that leaves at line rate finds the pipe empty; ``burst_loss_ms``, MODEL.md section 2).
     """
 
     rate: np.ndarray
@@ -56,6 +58,7 @@ class Share:
     pipe: np.ndarray
     room: np.ndarray
     q: np.ndarray
+    flight: np.ndarray | None = None
 
 
 def rto_ms(rtt, rto_min):
@@ -172,15 +175,23 @@ def hystart_exit(w0, sh: Share, stack: Stack):
 
 
 def burst_loss_ms(d, w0, sh: Share, bbr):
-    """Initial burst larger than the connection's share of BDP + buffer: the excess is dropped.
+    """Initial burst larger than what absorbs it (``sh.flight``, else ``sh.room``): the excess, the flight's
+    tail, is dropped (MODEL.md section 2).
 
-    Losses at the tail of a burst are found by SACK/RACK after about one RTT while the pipe drains;
-    cost rtt * (lost / burst) (at most one RTT). BBR paces its first window over rtt/2.89, so the
-    bottleneck drains pipe/2.89 of it meanwhile.
+    BBR paces its first window over rtt/2.89, so the bottleneck drains pipe/2.89 of it meanwhile. The lost tail is
+    found when the next round's first segments are SACKed (RACK) and resent then: it reaches the client 3 RTT
+    after the request (the request's half, the flight's round, the next round's, the resend's half) plus its own
+    transmission, lost / rate. The cost is what that adds to the lossless time of the response
+    (``window_limited_ms``): nothing where the link is still busy with the rest of the response then (the
+    testbed's kernel counters: IW 64, first flight 45 segments, into 20- to 37-packet queues retransmits 10-26
+    segments; at 1.6 Mbit/s it is still faster than IW 32, at 13 Mbit/s 1.15x slower).
     """
     burst = np.minimum(w0, d)
-    room = sh.room + np.where(bbr, sh.pipe / BBR_STARTUP_GAIN, 0.0)
-    return sh.rtt * np.maximum(burst - room, 0.0) / burst
+    room = (sh.room if sh.flight is None else sh.flight) + np.where(bbr, sh.pipe / BBR_STARTUP_GAIN, 0.0)
+    lost = np.maximum(burst - room, 0.0)
+    goodput = sh.rate * (1 - sh.p)
+    late = 3 * sh.rtt + lost / goodput - window_limited_ms(d, w0, goodput, sh.rtt)
+    return np.where(lost > 0, np.maximum(late, 0.0), 0.0)
 
 
 def overshoot_ms(before, d, iw, sh: Share, stack: Stack, recovery=None):

@@ -189,6 +189,8 @@ def burst_loss_ms(d, w0, sh: Share, bbr):
     burst = np.minimum(w0, d)
     room = (sh.room if sh.flight is None else sh.flight) + np.where(bbr, sh.pipe / BBR_STARTUP_GAIN, 0.0)
     lost = np.maximum(burst - room, 0.0)
+    if not np.any(lost > 0):  # most cells: the flight fits, and the lossless time need not be computed
+        return np.zeros(np.broadcast_shapes(np.shape(lost), np.shape(sh.rtt)))
     goodput = sh.rate * (1 - sh.p)
     late = 3 * sh.rtt + lost / goodput - window_limited_ms(d, w0, goodput, sh.rtt)
     return np.where(lost > 0, np.maximum(late, 0.0), 0.0)

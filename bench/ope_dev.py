@@ -11,7 +11,8 @@ Usage::
 Every (scenario, oracle, seed) world is prepared as ``tailor evaluate`` does (space ``core``, online mode,
 UpdateFreq 300 s); ``configanator``, ``tailor`` and ``cdn-static`` run on it, configanator's page loads become the
 logs (:func:`tailor.eval.offpolicy.sim_logs`), and each ``--variant`` (``name:JSON``: keyword arguments of
-``fit_q_model``, and ``"clip"``, the importance weights' clip of ``table_value``; ``"calibrate"``, a trial not
+``fit_q_model``, and ``"clip"``, the importance weights' clip of ``table_value``; ``"shrink"``, its DR
+weights' optimistic shrinkage lambda (``null``: plain DR; absent: the shipped ``DR_SHRINK``); ``"calibrate"``, a trial not
 kept in the estimator: each configuration's prediction times the ratio of its logged records' observed to their
 cross-fitted predicted total, shrunk by that many pseudo-records (a number), or one ratio over every record
 (``"global"``); ``"knobs": false`` drops the knob values, which are otherwise the space's, as ``tailor evaluate``
@@ -34,7 +35,7 @@ import numpy as np
 
 from tailor.eval.offpolicy import _Truth, sim_logs
 from tailor.eval.run import policy_params
-from tailor.ope import cohort_clusters, fit_q_model, table_value, target_probabilities
+from tailor.ope import DR_SHRINK, cohort_clusters, fit_q_model, table_value, target_probabilities
 from tailor.oracle.select import select_oracle
 from tailor.policies import make_policy
 from tailor.scenario import load_scenario
@@ -60,7 +61,7 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return name, kw
 
 
-NOT_Q = ("clip", "calibrate")  # variant keys that are not fit_q_model's
+NOT_Q = ("clip", "calibrate", "shrink")  # variant keys that are not fit_q_model's
 
 
 def q_kwargs(kw: dict, sim: Simulator) -> dict:
@@ -111,7 +112,8 @@ def run_cell(scenario: str, oracle_name: str, seed: int, variants: list[tuple[st
         for target in TARGETS:
             table = DecisionTable(runs[target].final_table, validated=True)
             tp = target_probabilities(table, logs)
-            est = table_value(table, logs, q=q, target=tp, cluster=clusters, clip=kw.get("clip"))
+            est = table_value(table, logs, q=q, target=tp, cluster=clusters, clip=kw.get("clip"),
+                              shrink=kw.get("shrink", DR_SHRINK))
             true = truth.value(tp)
             rows.append({"variant": label, "target": target, "true_ms": true, "ess": est["snips"].ess,
                          **{f"{e}_rel_error": est[e].value / true - 1.0 for e in ("dr", "dm", "snips")},

@@ -5,7 +5,8 @@ and is rewritten atomically after each, so an interruption loses at most the run
 Usage::
 
     PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py [--cells default:model,satellite:measured]
-        [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only [--markdown | --against OLD]]
+        [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only [--markdown | --against OLD]
+        [--dr-from OPE_DEV_ACCEPTANCE.json]]
 
 Each run is what ``tailor evaluate --scenario S --oracle O --seed K`` computes (every default policy, space
 ``core``, online mode, UpdateFreq 300 s); the file keeps its summary rows, its off-policy rows (the doubly robust
@@ -192,6 +193,24 @@ def against(data: dict, old: dict, cells: list[tuple[str, str]], seeds: list[int
             fmt(diff[m]) for m in ("p50", "p95", "mean_improvement", "degraded_share", "median_gap_to_optimal")) + " |")
 
 
+def replace_dr(data: dict, ope: dict) -> None:
+    """Put ``tailor``'s DR error and coverage from a ``bench/ope_dev.py --acceptance`` file (its runs, or its halves'
+    runs) into the campaign's off-policy rows, checking that both valued the same table (equal true values)."""
+    runs = ope.get("runs") or [r for h in ope.get("halves", {}).values() for r in h["runs"]]
+    for run in runs:
+        k = key(run["scenario"], run["oracle"], run["seed"])
+        if k not in data["runs"]:
+            continue
+        new = next(r for r in run["rows"] if r["target"] == "tailor")
+        for row in data["runs"][k]["offpolicy"]["rows"]:
+            if row["policy"] != "tailor":
+                continue
+            if abs(row["true_ms"] / new["true_ms"] - 1.0) > 1e-9:
+                raise SystemExit(f"bench/tailor_acceptance.py: --dr-from: {k}: true value {new['true_ms']:.1f} ms, "
+                                 f"the campaign's {row['true_ms']:.1f} ms: not the same table")
+            row["dr_rel_error"], row["dr_covers"] = new["dr_rel_error"], new["dr_covers"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default=",".join(f"{s}:{o}" for o in ORACLES for s in SCENARIOS))
@@ -201,10 +220,17 @@ def main() -> None:
     ap.add_argument("--markdown", action="store_true", help="with --report-only: one README row per cell")
     ap.add_argument("--against", type=Path, default=None,
                     help="with --report-only: the paired change of tailor's figures from this earlier campaign file")
+    ap.add_argument("--dr-from", type=Path, default=None,
+                    help="with --report-only: tailor's DR rows from this bench/ope_dev.py --acceptance file (the same "
+                         "worlds and tables, a later estimator)")
     args = ap.parse_args()
     cells = [tuple(c.split(":")) for c in args.cells.split(",") if c]
     seeds = [int(s) for s in args.seeds.split(",")]
     data = load(args.out)
+    if args.dr_from is not None:
+        if not args.report_only:
+            raise SystemExit("bench/tailor_acceptance.py: --dr-from goes with --report-only")
+        replace_dr(data, json.loads(args.dr_from.read_text()))
     if not args.report_only:
         for scenario, oracle in cells:
             for seed in seeds:

@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from tailor.ope import Estimate, bootstrap_interval, direct_method, doubly_robust, importance_weights, snips
+from tailor.ope import (
+    Estimate,
+    bootstrap_interval,
+    direct_method,
+    doubly_robust,
+    importance_weights,
+    shrunk_weights,
+    snips,
+)
 
 # 3 contexts x 4 arms: context frequencies, mean cost of each arm (seconds), logging and target policies.
 P_X = np.array([0.5, 0.3, 0.2])
@@ -19,6 +27,7 @@ SIGMA = 0.5  # lognormal noise, scaled so that each arm's mean cost is exactly M
 TRUE_VALUE = float(P_X @ (PI_TGT * MU).sum(axis=1))
 BIASED_Q = 1.3 * MU + 0.5  # a deliberately wrong cost model
 R, N = 300, 2000  # replications x records per replication
+SHRINK = 4.0  # lambda of the shrunk DR below: the largest weight here (0.8 / 0.1 = 8) is shrunk to 0.47
 
 
 def simulate(rng: np.random.Generator, reps: int, n: int, pi_log: np.ndarray = PI_LOG) -> dict[str, np.ndarray]:
@@ -40,7 +49,8 @@ def replications() -> dict[str, list[Estimate]]:
     d = simulate(np.random.default_rng(20150601), R, N)
     ql_perfect, qt_perfect = q_arrays(d, MU)
     ql_biased, qt_biased = q_arrays(d, BIASED_Q)
-    names = ("snips", "dr_perfect", "dr_biased", "dr_biased_plain", "dm_biased")
+    names = ("snips", "dr_perfect", "dr_biased", "dr_biased_plain", "dm_biased", "dr_perfect_shrunk",
+             "dr_biased_shrunk")
     out: dict[str, list[Estimate]] = {k: [] for k in names}
     for r in range(R):
         c, lp, tp = d["cost"][r], d["logged_p"][r], d["target_p"][r]
@@ -49,6 +59,10 @@ def replications() -> dict[str, list[Estimate]]:
         out["dr_biased"].append(doubly_robust(c, lp, tp, ql_biased[r], qt_biased[r]))
         out["dr_biased_plain"].append(doubly_robust(c, lp, tp, ql_biased[r], qt_biased[r], self_normalise=False))
         out["dm_biased"].append(direct_method(qt_biased[r]))
+        out["dr_perfect_shrunk"].append(doubly_robust(c, lp, tp, ql_perfect[r], qt_perfect[r], self_normalise=False,
+                                                      shrink=SHRINK))
+        out["dr_biased_shrunk"].append(doubly_robust(c, lp, tp, ql_biased[r], qt_biased[r], self_normalise=False,
+                                                     shrink=SHRINK))
     return out
 
 
@@ -73,7 +87,7 @@ def test_policies_are_valid_and_differ() -> None:
     assert abs(TRUE_VALUE - float(P_X @ (PI_LOG * MU).sum(axis=1))) > 0.5  # off-policy: the plain mean is wrong
 
 
-@pytest.mark.parametrize("name", ["snips", "dr_perfect", "dr_biased", "dr_biased_plain"])
+@pytest.mark.parametrize("name", ["snips", "dr_perfect", "dr_biased", "dr_biased_plain", "dr_perfect_shrunk"])
 def test_unbiased_over_replications(replications: dict[str, list[Estimate]], name: str) -> None:
     assert abs(z_of_mean(replications[name])) < 4, (values(replications[name]).mean(), TRUE_VALUE)
 
@@ -84,7 +98,7 @@ def test_direct_method_with_biased_model_is_detected_as_biased(replications: dic
     assert coverage(replications["dm_biased"]) < 0.5  # so the coverage check below can fail, too
 
 
-@pytest.mark.parametrize("name", ["snips", "dr_perfect", "dr_biased", "dr_biased_plain"])
+@pytest.mark.parametrize("name", ["snips", "dr_perfect", "dr_biased", "dr_biased_plain", "dr_perfect_shrunk"])
 def test_interval_coverage(replications: dict[str, list[Estimate]], name: str) -> None:
     assert 0.90 <= coverage(replications[name]) <= 0.99
     assert all(e.level == 0.95 and e.n == N for e in replications[name])
@@ -97,6 +111,34 @@ def test_dr_with_perfect_model_has_smaller_variance_than_snips(replications: dic
     # and the analytic intervals reflect it
     width = {k: np.mean([e.high - e.low for e in replications[k]]) for k in ("dr_perfect", "snips")}
     assert width["dr_perfect"] < width["snips"]
+
+
+def test_shrunk_dr_leans_towards_the_model_only_by_the_shrunk_share(replications: dict[str, list[Estimate]]) -> None:
+    """With a correct cost model the shrunk correction has mean 0 (unbiased above); with a wrong one shrinkage
+    brings back part of the model's bias: the mean lands strictly between DR's (unbiased) and DM's."""
+    dr, dm, shrunk = (values(replications[k]).mean() for k in ("dr_biased_plain", "dm_biased", "dr_biased_shrunk"))
+    assert abs(dr - TRUE_VALUE) < 0.05 * abs(dm - TRUE_VALUE)
+    assert min(dr, dm) < shrunk < max(dr, dm)
+    assert abs(shrunk - TRUE_VALUE) > 0.05 * abs(dm - TRUE_VALUE)  # the weights here are shrunk enough to show
+
+
+def test_shrunk_weights_bound_what_one_record_can_move() -> None:
+    w = np.array([0.0, 1.0, 10.0, 100.0, 600.0])
+    s = shrunk_weights(w, 100.0)
+    assert s.tolist() == pytest.approx([0.0, 100 / 101, 5.0, 100 / 101, 60000 / 360100])
+    assert shrunk_weights(w, None) is w
+    assert np.all(shrunk_weights(np.linspace(0, 1000, 10001), 100.0) <= 5.0 + 1e-12)  # max sqrt(lambda) / 2
+    # one record with weight 600 and a residual of 400 s among 15,000 moves plain DR by 16 s, shrunk DR by < 0.14 s
+    n = 15000
+    cost, q = np.full(n, 10.0), np.full(n, 10.0)
+    cost[0] = 410.0
+    lp, tp = np.ones(n), np.zeros(n)
+    lp[0], tp[0] = 1 / 600, 1.0
+    plain = doubly_robust(cost, lp, tp, q, q, self_normalise=False)
+    shrunk = doubly_robust(cost, lp, tp, q, q, self_normalise=False, shrink=100.0)
+    assert plain.value - 10.0 == pytest.approx(600 * 400 / n)
+    assert 0 < shrunk.value - 10.0 < 5.0 * 400 / n
+    assert shrunk.ess == plain.ess  # ess describes the logs' support, not the shrinkage
 
 
 def test_snips_on_policy_is_the_plain_mean() -> None:
@@ -157,6 +199,8 @@ def test_estimate_is_frozen() -> None:
         (lambda: importance_weights([[0.5, 0.5]], [[0.5, 0.5]]), r"logged_p: must be 1-D"),
         (lambda: importance_weights([], []), r"logged_p: must not be empty"),
         (lambda: importance_weights([0.5], [0.5], clip=0), r"clip: must be a finite number > 0"),
+        (lambda: shrunk_weights(np.ones(2), -1.0), r"shrink: must be a finite number > 0"),
+        (lambda: doubly_robust([1.0], [0.5], [0.5], [1.0], [1.0], shrink=np.inf), r"shrink: must be a finite"),
         (lambda: snips([1.0, -1.0], [0.5, 0.5], [0.5, 0.5]), r"cost: must be >= 0, got -1.0 at index 1"),
         (lambda: snips([1.0, 2.0, 3.0], [0.5, 0.5], [0.5, 0.5]), r"logged_p: length 2 does not match cost"),
         (lambda: snips([1.0, 2.0], [0.5, 0.0], [0.5, 0.5]), r"logged_p: must be in \(0, 1\]"),

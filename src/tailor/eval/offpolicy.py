@@ -113,7 +113,8 @@ def offpolicy_evaluation(ev, logging_policy: str | None = None, level: float = L
     main, alt, reason = choose_loggers(ev, logging_policy)
     out = {"logging_policy": main, "alternate_logging_policy": alt, "reason": reason, "level": level,
            "estimators": "snips: self-normalised IPS; dr: doubly robust with a cross-fitted cost model "
-                         "(tailor.ope.fit_q_model, with the configurations' knob values); dm: that model alone", "rows": []}
+                         "(tailor.ope.fit_q_model, with the configurations' knob values) and weights shrunk by "
+                         "tailor.ope.DR_SHRINK; dm: that model alone", "rows": []}
     if main is None:
         out["seconds"] = time.perf_counter() - started
         return out

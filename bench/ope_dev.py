@@ -11,8 +11,9 @@ Usage::
 Every (scenario, oracle, seed) world is prepared as ``tailor evaluate`` does (space ``core``, online mode,
 UpdateFreq 300 s); ``configanator``, ``tailor`` and ``cdn-static`` run on it, configanator's page loads become the
 logs (:func:`tailor.eval.offpolicy.sim_logs`), and each ``--variant`` (``name:JSON``: keyword arguments of
-``fit_q_model``, and ``"clip"``, the importance weights' clip of ``table_value``; ``"shrink"``, its DR
-weights' optimistic shrinkage lambda (``null``: plain DR; absent: the shipped ``DR_SHRINK``); ``"calibrate"``, a trial not
+``fit_q_model``, and ``"clip"``, the importance weights' clip of ``table_value``; ``"dr_shrink"``, its
+DR weights' optimistic shrinkage lambda (``null``: plain DR; absent: the shipped ``DR_SHRINK``; ``"shrink"`` is
+``fit_q_model``'s per-configuration penalty); ``"calibrate"``, a trial not
 kept in the estimator: each configuration's prediction times the ratio of its logged records' observed to their
 cross-fitted predicted total, shrunk by that many pseudo-records (a number), or one ratio over every record
 (``"global"``); ``"knobs": false`` drops the knob values, which are otherwise the space's, as ``tailor evaluate``
@@ -61,7 +62,7 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return name, kw
 
 
-NOT_Q = ("clip", "calibrate", "shrink")  # variant keys that are not fit_q_model's
+NOT_Q = ("clip", "calibrate", "dr_shrink")  # variant keys that are not fit_q_model's
 
 
 def q_kwargs(kw: dict, sim: Simulator) -> dict:
@@ -113,7 +114,7 @@ def run_cell(scenario: str, oracle_name: str, seed: int, variants: list[tuple[st
             table = DecisionTable(runs[target].final_table, validated=True)
             tp = target_probabilities(table, logs)
             est = table_value(table, logs, q=q, target=tp, cluster=clusters, clip=kw.get("clip"),
-                              shrink=kw.get("shrink", DR_SHRINK))
+                              shrink=kw.get("dr_shrink", DR_SHRINK))
             true = truth.value(tp)
             rows.append({"variant": label, "target": target, "true_ms": true, "ess": est["snips"].ess,
                          **{f"{e}_rel_error": est[e].value / true - 1.0 for e in ("dr", "dm", "snips")},

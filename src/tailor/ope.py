@@ -486,7 +486,9 @@ def table_value(table: Any, logs: Logs, *, q: Callable[[Logs, list[str]], np.nda
 
 BACKFIT_ROUNDS = 3
 EFFECTS = ("boosted", "ridge")  # how the cost model learns the configurations' effects (QModel's ``effects``)
-MIN_LOGGED = 50  # knob_interactions="logged": a configuration with fewer training records gets the additive model
+# knob_interactions="logged": a configuration with fewer training records gets the additive model. 25 since 2026-11-29
+# (50 before), chosen on held-out seeds 100-103 (docs/tailor.md, "Interactions for rarer configurations")
+MIN_LOGGED = 25
 LOSSES = ("log", "poisson")  # what the boosted model fits (QModel's ``loss``)
 SMEARINGS = ("mean", "ratio")  # how a log-cost prediction is back-transformed (QModel's ``smearing``)
 BOOSTED_ITER, RIDGE_ITER = 200, 100  # boosting iterations of f by default (boosted: f carries the knob effects too)

@@ -6,13 +6,15 @@ Usage::
     PYTHONPATH=src .venv/bin/python bench/tailor_dev.py --scenarios default,satellite --oracles model,measured \
         --seeds 100,102 --variant base: --variant greedy:exploit=greedy,beta=1.5 [--policies cdn-static,optimal]
         [--sessions N] [--json FILE]
+    PYTHONPATH=src .venv/bin/python bench/tailor_dev.py --pool model.json measured.json
 
 Every (scenario, oracle, seed) world is prepared once (``Simulator``, as ``tailor evaluate`` does: space ``core``,
 UpdateFreq 300 s, online mode) and every ``--variant`` (``name:key=value,...``: a `tailor` with those parameters)
 and reference policy runs on it. Seeds below 100 are refused. Prints one row per run and variant (median / mean /
 p95 per-page-load improvement over the registry default, degraded share, median gap to optimal, share of page loads
 per arm), then per variant the mean over runs and the paired difference to the first variant (mean and 95% t
-interval over runs) for median, mean and degraded.
+interval over runs) for median, mean, p95, degraded and median gap. ``--pool FILE...`` prints that summary over the
+runs of earlier ``--json`` files (a run's two oracle halves, or a ``halves`` file of bench/results) and exits.
 """
 
 from __future__ import annotations
@@ -76,7 +78,18 @@ def main() -> None:
     ap.add_argument("--policies", default="cdn-static,optimal", help="reference policies (comma list, may be empty)")
     ap.add_argument("--sessions", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pool", nargs="+", default=None, metavar="FILE",
+                    help="print the paired summary over the runs of these --json files (e.g. a run's two oracle halves) "
+                         "and exit")
     args = ap.parse_args()
+    if args.pool:
+        runs = []
+        for path in args.pool:
+            with open(path) as f:
+                doc = json.load(f)
+            runs.extend(doc["runs"] if "runs" in doc else [r for h in doc["halves"].values() for r in h["runs"]])
+        summarise(runs)
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     if min(seeds) < HELD_OUT:
         raise SystemExit(f"bench/tailor_dev.py: seeds must be >= {HELD_OUT} (0-4 are the acceptance seeds); got {seeds}")
@@ -104,16 +117,29 @@ def main() -> None:
                     arms = ", ".join(f"{a} {100 * v:.1f}%" for a, v in sorted(r["arms"].items()))
                     print(f"| {r['policy']} | {100 * r['median']:+.1f}% | {100 * r['mean']:+.1f}% | {100 * r['p95']:+.1f}% "
                           f"| {100 * r['degraded']:.2f}% | {100 * r['gap']:.1f}% | {arms} |", flush=True)
-    labels = [r["policy"] for r in runs[0]["rows"]]
-    print(f"\nover {len(runs)} runs: mean, and paired difference to {labels[0]} (points, 95% t interval)")
-    print("| policy | median | mean | degraded | Δ median | Δ mean | Δ degraded |\n|---|---|---|---|---|---|---|")
-    for k, label in enumerate(labels):
-        col = {m: [100 * run["rows"][k][m] for run in runs] for m in ("median", "mean", "degraded")}
-        first = {m: [100 * run["rows"][0][m] for run in runs] for m in ("median", "mean", "degraded")}
-        diff = [paired(list(np.subtract(col[m], first[m]))) if k else "" for m in ("median", "mean", "degraded")]
-        print(f"| {label} | {np.mean(col['median']):+.2f} | {np.mean(col['mean']):+.2f} | {np.mean(col['degraded']):.2f} | "
-              + " | ".join(diff) + " |")
+    summarise(runs)
     finish(args, started, runs)
+
+
+SUMMARY = ("median", "mean", "p95", "degraded", "gap")
+
+
+def summarise(runs: list) -> None:
+    """Per variant (and reference policy) the mean over the runs and the paired difference to the first."""
+    labels = [r["policy"] for r in runs[0]["rows"]]
+    for run in runs:
+        if [r["policy"] for r in run["rows"]] != labels:
+            raise SystemExit(f"bench/tailor_dev.py: the runs do not compare the same policies ({labels} against "
+                             f"{[r['policy'] for r in run['rows']]} on {run['scenario']} / {run['oracle']} / "
+                             f"seed {run['seed']})")
+    print(f"\nover {len(runs)} runs: mean, and paired difference to {labels[0]} (points, 95% t interval)")
+    print("| policy | " + " | ".join(SUMMARY) + " | " + " | ".join(f"Δ {m}" for m in SUMMARY) + " |\n|"
+          + "---|" * (1 + 2 * len(SUMMARY)))
+    for k, label in enumerate(labels):
+        col = {m: [100 * run["rows"][k][m] for run in runs] for m in SUMMARY}
+        first = {m: [100 * run["rows"][0][m] for run in runs] for m in SUMMARY}
+        diff = [paired(list(np.subtract(col[m], first[m]))) if k else "" for m in SUMMARY]
+        print(f"| {label} | " + " | ".join(f"{np.mean(col[m]):+.2f}" for m in SUMMARY) + " | " + " | ".join(diff) + " |")
 
 
 if __name__ == "__main__":

@@ -135,9 +135,9 @@ def summarise(runs: list) -> None:
     print(f"\nover {len(runs)} runs: mean, and paired difference to {labels[0]} (points, 95% t interval)")
     print("| policy | " + " | ".join(SUMMARY) + " | " + " | ".join(f"Δ {m}" for m in SUMMARY) + " |\n|"
           + "---|" * (1 + 2 * len(SUMMARY)))
+    first = {m: [100 * run["rows"][0][m] for run in runs] for m in SUMMARY}
     for k, label in enumerate(labels):
         col = {m: [100 * run["rows"][k][m] for run in runs] for m in SUMMARY}
-        first = {m: [100 * run["rows"][0][m] for run in runs] for m in SUMMARY}
         diff = [paired(list(np.subtract(col[m], first[m]))) if k else "" for m in SUMMARY]
         print(f"| {label} | " + " | ".join(f"{np.mean(col[m]):+.2f}" for m in SUMMARY) + " | " + " | ".join(diff) + " |")
 

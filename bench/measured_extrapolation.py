@@ -4,8 +4,10 @@ measured oracle's extrapolation, docs/testbed.md section 8d).
     PYTHONPATH=src .venv/bin/python bench/measured_extrapolation.py data/oracle/tb-v3-slow
 
 For every (condition, page) cell of the given page dataset, the default measured oracle (`--oracle measured`: tb-v2
-objects, tb-v3 pages; the given dataset is not in it) predicts the measured configurations at the cell's condition
-(the model's shape times the ratios of its nearest measured conditions), as do the model (levels) and the page
+objects, tb-v3 pages and the extra page campaigns, without the given dataset) predicts the measured configurations
+at the cell's condition (the model's shape times the ratios of its nearest measured conditions, the configurations'
+contrasts reverting to the model's beyond its `reach`; and with `reach` = inf, the interpolation before 2026-11-29
+that carries the nearest contrasts unchanged), as do the model (levels) and the page
 timeline; each is scored against the new medians as `tailor oracle validate` scores a cell (Spearman rho, whether
 its choice is the measured best, the cost of its choice, median |log error|, the HTTP/1.1-vs-2 contrast). Prints the
 measured best and the registry default's and `cdn-static`'s medians. Reads only; no measurement.
@@ -17,9 +19,10 @@ import argparse
 
 import numpy as np
 
+from pathlib import Path
+
 import tailor.oracle.validate as V
-from tailor.oracle.measured import load_medians
-from tailor.oracle.select import select_oracle
+from tailor.oracle.measured import PAGE_EXTRA, MeasuredOracle, load_medians
 
 
 def main() -> None:
@@ -29,7 +32,9 @@ def main() -> None:
     new = load_medians(args.dataset, pages=True)
     if new.empty:
         raise SystemExit(f"no page loads in {args.dataset}/pages")
-    measured = select_oracle("measured", "core")
+    extra = tuple(d for d in PAGE_EXTRA if d.resolve() != Path(args.dataset).resolve())
+    measured = MeasuredOracle(page_extra=extra)
+    before = MeasuredOracle(page_extra=extra, reach=float("inf"))
     for (cond, page), cell in new.groupby(["condition", "page"]):
         cell = cell.drop_duplicates(V.KEYS)
         if len(cell) < V.MIN_CONFIGS or page not in measured.workloads:
@@ -37,7 +42,8 @@ def main() -> None:
         first = cell.iloc[0]
         bw, rtt, loss = (float(first[k]) for k in ("down_mbps", "rtt_ms", "loss"))
         preds = {name: V.predict_cell(name, measured, cell, page) for name in ("model", "model-timeline")}
-        preds[f"{measured.name} (extrapolated)"] = V.predict_cell("measured", measured, cell, page)
+        preds[f"{measured.name} (reach {measured.reach:g})"] = V.predict_cell("measured", measured, cell, page)
+        preds[f"{before.name} (reach inf)"] = V.predict_cell("measured", before, cell, page)
         m = cell["median"].to_numpy()
         keys = [(r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)) for r in cell.itertuples()]
         print(f"{cond} ({bw:g} Mbit/s, {rtt:g} ms, loss {loss:g}) {page}: {len(cell)} configurations, "

@@ -1,11 +1,12 @@
-"""MeasuredOracle on the committed testbed datasets (tb-v2 objects, tb-v3 Chromium pages, tb-v2's own pages; tb-v1):
-loading, exactness, sanity, page borrowing, errors."""
+"""MeasuredOracle on the committed testbed datasets (tb-v2 objects, tb-v3 and tb-v3-slow Chromium pages, tb-v2's own
+pages; tb-v1): loading, exactness, sanity, page borrowing, the contrasts' reach, errors."""
 
 import numpy as np
 import pytest
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import _DATA, DEFAULT_DATASET, KEYS, PAGE_DATASET, MeasuredOracle, _anchor_space
+from tailor.oracle.measured import (_DATA, DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGE_EXTRA, MeasuredOracle, _anchor_space,
+                                    _model_ms, load_medians, queue_bdp)
 from tailor.oracle.select import select_oracle
 from tailor.space import ConfigSpace
 from tailor.testbed.analysis import best_vs_default, error_summary, loco_errors
@@ -20,14 +21,18 @@ def measured():
 
 def test_dataset_loads_with_coverage(measured):
     d = measured.describe()
-    # objects from tb-v2, pages from the page campaign (tb-v3), which measured every core value of CC, IW, rto_min
-    assert DATASET.name == "tb-v2" and PAGE_DATASET.name == "tb-v3" and d["name"] == "measured-tb-v2+tb-v3"
+    # objects from tb-v2, pages from the page campaign (tb-v3), which measured every core value of CC, IW, rto_min, and
+    # its slower condition (tb-v3-slow)
+    assert DATASET.name == "tb-v2" and PAGE_DATASET.name == "tb-v3" and [d.name for d in PAGE_EXTRA] == ["tb-v3-slow"]
+    assert d["name"] == "measured-tb-v2+tb-v3+tb-v3-slow" and "wpt-3gslow" in set(measured.page_table.condition)
     assert d["kind"] == "measured" and d["conditions"] >= 40
     assert {"object-10KB", "object-100KB", "object-1MB", "object-2MB"} <= set(measured.websites)
     assert len(measured.anchors) == 24 and d["median_reps"] >= 3
     assert measured.table[KEYS].drop_duplicates().shape[0] == 18  # objects: cubic/bbr/reno x IW 4/10/32 x HTTP/1.1/2
-    assert len(d["pages_measured"]) == 3 and d["page_conditions"] >= 12
-    assert measured.page_table["n"].median() >= 10  # adaptive repetitions, not tb-v2's 3
+    assert len(d["pages_measured"]) == 3 and d["page_conditions"] >= 13
+    pt = measured.page_table
+    assert pt[pt.condition != "wpt-3gslow"]["n"].median() >= 10  # adaptive repetitions, not tb-v2's 3
+    assert pt[pt.condition == "wpt-3gslow"]["n"].min() >= 6  # tb-v3-slow: 6 repetitions per cell
     own = MeasuredOracle(DATASET, page_dataset=DATASET)  # tb-v2's own (noisy) page loads stay readable
     assert own.name == "measured-tb-v2" and len(own.describe()["pages_measured"]) >= 5
     fams = set(measured.table.merge(measured.conds, on="condition").condition)
@@ -52,6 +57,50 @@ def test_exact_at_measured_points(measured):
                 for j, c in enumerate(space.configs)}
         got = [pred[cidx[r.condition], cols[tuple(getattr(r, k) for k in KEYS)]] for r in t.itertuples()]
         np.testing.assert_allclose(got, t["median"].to_numpy(), rtol=1e-9)
+
+
+def test_exact_at_the_extra_page_campaigns_condition(measured):
+    new = load_medians(PAGE_EXTRA[0], pages=True)
+    for page, cell in new.groupby("page"):
+        first = cell.iloc[0]
+        space = _anchor_space(cell[KEYS])
+        cols = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): j
+                for j, c in enumerate(space.configs)}
+        q = queue_bdp(first.down_mbps, first.rtt_ms, first.queue_packets)
+        pred = measured.mode_at([first.down_mbps], [first.rtt_ms], [first.loss], [q], page, space)[0]
+        got = [pred[cols[tuple(getattr(r, k) for k in KEYS)]] for r in cell.itertuples()]
+        np.testing.assert_allclose(got, cell["median"].to_numpy(), rtol=1e-9)
+
+
+def _log_contrasts(x):
+    lx = np.log(x)
+    return lx - lx.mean(axis=-1, keepdims=True)
+
+
+def test_contrasts_revert_to_the_models_far_from_the_measurements(measured):
+    """Far below every measured condition the configurations' order is the model's (the level stays measured); near a
+    measured condition it is the measurements'; without the reversion (reach = inf) it is not the model's far away."""
+    space = ConfigSpace.named("core")
+    far = ([0.03], [900.0], [0.0], [1.0])  # 30 kbit/s, 900 ms: x25 slower than any measured page condition
+    site = measured.websites["page-light-1"]
+    model = _model_ms(site, *far, space)
+    got = measured.mode_at(*far, "page-light-1", space)
+    np.testing.assert_allclose(_log_contrasts(got), _log_contrasts(model), atol=1e-3)
+    assert abs(np.log(got / model).mean()) > 0.01  # the measured level, not the model's
+    carried = MeasuredOracle(DATASET, reach=float("inf")).mode_at(*far, "page-light-1", space)
+    assert np.abs(_log_contrasts(carried) - _log_contrasts(model)).max() > 0.05
+    # half-way (distance = reach / 2 from the slowest condition): between the two
+    near = ([0.78 / 4 ** 0.5], [200.0], [0.0], [1.0])
+    m, r, c = (_log_contrasts(a) for a in (_model_ms(site, *near, space), measured.mode_at(*near, "page-light-1", space),
+                                           MeasuredOracle(DATASET, reach=float("inf")).mode_at(*near, "page-light-1",
+                                                                                                 space)))
+    assert 0 < np.abs(r - m).max() < np.abs(c - m).max()
+
+
+def test_reach_must_be_positive():
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(OracleError, match="'reach'"):
+            MeasuredOracle(DATASET, reach=bad)
 
 
 def test_grid_queries_are_positive_and_sane(measured):

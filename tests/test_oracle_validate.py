@@ -10,7 +10,8 @@ import pytest
 
 from tailor.cli import main
 from tailor.errors import OracleError
-from tailor.oracle.validate import cell_scores, validate
+from tailor.oracle.measured import MeasuredOracle
+from tailor.oracle.validate import cell_scores, validate, validate_oracle
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oracle-validate"
 
@@ -37,10 +38,17 @@ def test_model_on_fixture_has_the_constructed_answer():
 
 
 def test_measured_is_leave_one_condition_out():
-    """With two conditions, each is predicted from the other's ratios alone: the reversed one's order."""
-    s = validate(FIXTURE, ("measured",), ("objects",))["oracles"]["measured"]["objects"]
+    """With two conditions, each is predicted from the other's ratios alone: carried unchanged (reach = inf), the
+    reversed one's order; with the default reach, the other's contrasts fade towards the model's with the distance."""
+    carried = MeasuredOracle(FIXTURE, pages="measured", page_dataset=FIXTURE, page_extra=(), reach=float("inf"))
+    s, rows = validate_oracle("measured", carried, "objects")
     assert s["cells"] == 2 and s["best_agrees"] == 0.0
-    assert np.allclose([r["rho"] for r in s["rows"]], -1.0)
+    assert np.allclose([r["rho"] for r in rows], -1.0)
+    s = validate(FIXTURE, ("measured",), ("objects",))["oracles"]["measured"]["objects"]
+    rho = {r["condition"]: r["rho"] for r in s["rows"]}
+    assert s["cells"] == 2 and s["best_agrees"] == 0.0
+    assert rho["reversed"] == pytest.approx(-1.0)  # predicted from "same": the model's contrasts, the reverse of its own
+    assert -1.0 < rho["same"] < 1.0  # the reversed contrasts, faded: no longer the exact reverse
 
 
 def test_command_prints_and_writes_json(tmp_path, capsys):

@@ -62,7 +62,7 @@ def objective(rows: pd.DataFrame) -> float:
 def score_rows(dataset: Path, values, kinds=("objects", "pages"), model: str = "model") -> dict[float, pd.DataFrame]:
     """Per candidate value, the model's per-cell validation rows on ``dataset`` (every kind it measured);
     ``model``: ``model`` (pages as levels) or ``model-timeline`` (the page timeline)."""
-    oracle = MeasuredOracle(dataset, pages="measured", page_dataset=dataset)
+    oracle = MeasuredOracle(dataset, pages="measured", page_dataset=dataset, page_extra=())
     out = {}
     for v in values:
         with _constant(v, model):

@@ -13,6 +13,15 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   and multiplies it back onto the model at the query point. The model carries the shape (time scales with
   1/bandwidth and RTT); the measurements fix the level. At a measured condition the weight is exact, so the
   oracle returns the measured median there.
+* Away from the measurements the configurations' *order* reverts to the model's (``reach``, since 2026-11-29): each
+  measured condition's log ratios are split into their level (the mean over the condition's measured configurations)
+  and each configuration's deviation from it; the level is interpolated as above, the deviation is interpolated and
+  multiplied by ``exp(-d^2 / reach^2)``, d the query's distance to the nearest condition where that configuration
+  was measured (in ``FEATURE_SCALE`` units: x4 bandwidth, x3 RTT, 0 -> 1% loss). A measured configuration contrast
+  says most about conditions near it; far below the slowest measured link (the scenarios' 2G and EDGE clients) the
+  nearest contrasts were extrapolated unchanged before, which ordered a held-out slower page condition worse than
+  the model (docs/testbed.md section 8d). ``reach`` = ``REACH`` was chosen by leave-one-condition-out cross-validation
+  (docs/testbed.md section 8e); ``reach=inf`` is the earlier interpolation.
 * A configuration whose knob values were not measured (IW 16/64, ``rto_min`` 50, ``syn_rto``, ``sndbuf``,
   ``cwnd_clamp``) is
   anchored on the nearest measured configuration (same CC and HTTP version, nearest IW in log scale): it gets
@@ -27,7 +36,8 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
 * Pages: page-load times of catalog pages loaded by headless Chromium (``pages/`` in the *page dataset*;
   PLT = Navigation Timing loadEventEnd). With the default dataset the page dataset is the page campaign
   (``PAGE_DATASET``, tb-v3: 3 pages, 24 configurations, 12 conditions, adaptive repetitions on a quiet machine),
-  not tb-v2's pages (3 repetitions on a loaded machine, split-half rho 0.20: no order in them); any other
+  not tb-v2's pages (3 repetitions on a loaded machine, split-half rho 0.20: no order in them), together with the
+  page campaigns of ``PAGE_EXTRA`` (tb-v3-slow: one condition below tb-v3's range); any other
   dataset reads its own pages unless ``page_dataset`` says otherwise. Pages are treated exactly like objects: one more workload with its own
   ratio matrix over its measured conditions and configurations. With ``pages="catalog"`` (default) the other
   catalog pages are answered too: a page that was not measured borrows the measured/model ratio of the nearest
@@ -59,6 +69,13 @@ PAGE_DATASET = _DATA / "tb-v3"
 # The object campaign (same conditions and configurations, responses of 10 KB / 100 KB / 1 MB): what the oracles'
 # object validation reads (the measured oracle still interpolates tb-v2's 41 conditions)
 OBJECT_DATASET = _DATA / "tb-v3-objects"
+# Page campaigns read with PAGE_DATASET by the default measured oracle: conditions it did not measure
+PAGE_EXTRA = (_DATA / "tb-v3-slow",)
+# How far (FEATURE_SCALE units) a measured configuration contrast carries: the configuration-specific part of the
+# log ratio decays as exp(-d^2 / REACH^2). Chosen by leave-one-condition-out cross-validation over tb-v3's pages,
+# tb-v3-objects and tb-v2's objects (lowest mean RMS error of the configurations' log contrasts over the grid inf, 2,
+# 1, 0.7, 0.5, 0.35, 0.25, 0; docs/testbed.md section 8e)
+REACH = 1.0
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
 FEATURE_SCALE = np.array([np.log(4.0), np.log(3.0), np.log(11.0)])  # one unit = x4 bw, x3 RTT, 0 -> 1 % loss
 THETA_BOUNDS = (0.005, 0.25)
@@ -107,26 +124,39 @@ class MeasuredOracle(Oracle):
 
     def __init__(self, dataset: str | Path = DEFAULT_DATASET, strict: bool = False, neighbours: int = 4,
                  power: float = 2.0, shape: str = "model", grid: ConditionGrid = DEFAULT_GRID, noise: str = "measured",
-                 pages: str = "catalog", page_dataset: str | Path | None = None):
+                 pages: str = "catalog", page_dataset: str | Path | None = None,
+                 page_extra: tuple | None = None, reach: float = REACH):
         if shape not in ("model", "none") or noise not in ("measured", "model") or pages not in PAGE_MODES:
             raise OracleError(f"The 'shape'/'noise'/'pages' parameters of MeasuredOracle must be 'model'|'none', "
                               f"'measured'|'model' and one of {PAGE_MODES}. Got {shape!r}, {noise!r}, {pages!r}.")
+        if not reach > 0:  # also refuses NaN; inf is the interpolation without reversion
+            raise OracleError(f"The 'reach' parameter of MeasuredOracle must be > 0 (inf: no reversion). Got {reach!r}.")
+        self.reach = float(reach)
         self.noise, self.pages_mode = noise, pages
         self.dataset, self.strict, self.k, self.power, self.shape = Path(dataset), strict, neighbours, power, shape
         self.page_dataset = _page_dataset(self.dataset) if page_dataset is None else Path(page_dataset)
-        self.name = f"measured-{self.dataset.name}" + (f"+{self.page_dataset.name}" if self.page_dataset != self.dataset
-                                                       else "")
+        if page_extra is None:  # the default page campaign comes with the campaigns that extend its conditions
+            page_extra = PAGE_EXTRA if self.page_dataset.resolve() == PAGE_DATASET.resolve() else ()
+        self.page_extra = tuple(Path(d) for d in page_extra
+                                if (Path(d) / PAGES_SUBDIR / "measurements.parquet").exists()) if pages != "none" else ()
+        self.name = f"measured-{self.dataset.name}" + "".join(
+            f"+{d.name}" for d in (self.page_dataset, *self.page_extra) if d != self.dataset)
         self.grid = grid
         self._model = ModelOracle(grid)
         catalog = default_catalog()
         self.table = load_medians(dataset)
         self.table["workload"] = self.table["size_bytes"].map(_object_name)
         self.table = self.table[self.table["workload"].notna()].reset_index(drop=True)
-        self.page_table = load_medians(self.page_dataset, pages=True) if pages != "none" else pd.DataFrame()
+        page_tables = [load_medians(d, pages=True) for d in (self.page_dataset, *self.page_extra)] \
+            if pages != "none" else []
+        page_tables = [t for t in page_tables if not t.empty]
+        self.page_table = pd.concat(page_tables, ignore_index=True) if page_tables else pd.DataFrame()
         measured_pages = {}
         if not self.page_table.empty:
             self.page_table["workload"] = self.page_table["page"]
-            manifest = _page_manifest(self.page_dataset)
+            manifest = {}
+            for d in (*self.page_extra[::-1], self.page_dataset):  # the main campaign's pages.json last: it wins
+                manifest.update(_page_manifest(d))
             measured_pages = {n: manifest.get(n) or catalog[n] for n in sorted(set(self.page_table["page"]))}
         both = pd.concat([t for t in (self.table, self.page_table) if not t.empty] or [self.table], ignore_index=True)
         self.conds = both.drop_duplicates("condition")[["condition", "down_mbps", "rtt_ms", "loss",
@@ -144,6 +174,7 @@ class MeasuredOracle(Oracle):
         self.websites = {n: (self.workloads[n] if n in self.workloads else catalog[n]) for n in self._borrow}
         self._log_ratio = {w: self._ratio_matrix(w) for w in self.workloads}
         self._measured_anchor = {w: np.isfinite(lr).any(axis=0) for w, lr in self._log_ratio.items()}
+        self._level = {w: _row_mean(lr) for w, lr in self._log_ratio.items()}
         self._theta = {w: self._theta_vector(w) for w in self.workloads}
 
     # -- Oracle interface ---------------------------------------------------------------------------
@@ -169,9 +200,11 @@ class MeasuredOracle(Oracle):
                 "points": int(len(self.table)), "median_reps": float(self.table["n"].median()),
                 "pages_measured": sorted(set(pt["page"])) if not pt.empty else [],
                 "page_points": int(len(pt)), "page_conditions": int(pt["condition"].nunique()) if not pt.empty else 0,
+                "page_extra": [str(d) for d in self.page_extra], "reach": self.reach,
                 "pages_borrowed": borrowed,
                 "method": f"IDW (k={self.k}, p={self.power}) of log(measured/model) over (log bw, log RTT, log loss); "
-                          f"shape={self.shape}; unmeasured knob values anchored on the nearest measured config; "
+                          f"shape={self.shape}; configuration contrasts revert to the model's beyond reach={self.reach:g}; "
+                          f"unmeasured knob values anchored on the nearest measured config; "
                           f"unmeasured pages borrow the nearest measured page's ratio (pages={self.pages_mode})",
                 "noise": self.noise, "strict": self.strict, "websites": sorted(self.websites)}
 
@@ -186,8 +219,15 @@ class MeasuredOracle(Oracle):
         avail = np.isfinite(lr)
         if exclude is not None:
             avail[(self.conds["condition"] == exclude).to_numpy()] = False
-        w = self._weights(np.c_[bw, rtt, loss], avail)  # (n, m, K)
-        interp = np.einsum("nmk,mk->nk", w, np.nan_to_num(lr))
+        query = np.c_[bw, rtt, loss]
+        w = self._weights(query, avail)  # (n, m, K)
+        if not np.isfinite(self.reach):
+            return np.exp(np.einsum("nmk,mk->nk", w, np.nan_to_num(lr))) * self._shape(bw, rtt, loss, q, site, space)
+        level = self._level[w_name][:, None]  # (m, 1): each condition's mean log ratio over its measured configurations
+        dev = np.nan_to_num(lr - level)
+        interp = np.einsum("nmk,mk->nk", w, np.broadcast_to(np.nan_to_num(level), lr.shape))
+        d2 = np.where(avail[None, :, :], self._dist2(query)[:, :, None], np.inf).min(axis=1)  # (n, K)
+        interp += np.exp(-d2 / self.reach ** 2) * np.einsum("nmk,mk->nk", w, dev)
         return np.exp(interp) * self._shape(bw, rtt, loss, q, site, space)
 
     def covers(self, space: ConfigSpace, websites) -> tuple[bool, str]:
@@ -269,11 +309,15 @@ class MeasuredOracle(Oracle):
         q = queue_bdp(c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.queue_packets.to_numpy(float))
         return c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.loss.to_numpy(float), q
 
-    def _weights(self, query: np.ndarray, avail: np.ndarray) -> np.ndarray:
-        """IDW weights (n, m, K) over the k nearest available measured conditions, exact at a measured one."""
+    def _dist2(self, query: np.ndarray) -> np.ndarray:
+        """Squared distances (n, m) of the queries (bw, RTT, loss) to the measured conditions, FEATURE_SCALE units."""
         bw, rtt, loss, _ = self._cond_values()
         diff = _features(query)[:, None, :] - _features(np.c_[bw, rtt, loss])[None, :, :]
-        d2 = ((diff / FEATURE_SCALE) ** 2).sum(-1)
+        return ((diff / FEATURE_SCALE) ** 2).sum(-1)
+
+    def _weights(self, query: np.ndarray, avail: np.ndarray) -> np.ndarray:
+        """IDW weights (n, m, K) over the k nearest available measured conditions, exact at a measured one."""
+        d2 = self._dist2(query)
         d2 = np.where(avail[None, :, :], d2[:, :, None], np.inf)  # (n, m, K)
         if not np.isfinite(d2).any(axis=1).all():
             raise OracleError(f"{self.name}: a configuration has no measurement at any condition for this workload")
@@ -320,6 +364,13 @@ def _nearest_page(site: Website, measured: dict[str, Website]) -> str:
     def dist(m: Website) -> float:
         return (np.log(len(m.objects) / len(site.objects)) ** 2 + np.log(m.total_bytes / site.total_bytes) ** 2)
     return min(sorted(measured), key=lambda n: dist(measured[n]))
+
+
+def _row_mean(a: np.ndarray) -> np.ndarray:
+    """Mean of each row's finite entries; NaN for a row without any."""
+    ok = np.isfinite(a)
+    n = ok.sum(axis=1)
+    return np.where(n > 0, np.where(ok, a, 0.0).sum(axis=1) / np.maximum(n, 1), np.nan)
 
 
 def _features(x: np.ndarray) -> np.ndarray:

@@ -160,3 +160,4 @@ class QuicOracle(Oracle):
     # ``k``, ``power`` and ``name``
     _cond_values = MeasuredOracle._cond_values
     _weights = MeasuredOracle._weights
+    _dist2 = MeasuredOracle._dist2

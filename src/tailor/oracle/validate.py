@@ -293,7 +293,7 @@ def quic_cells(dataset: Path) -> int:
 def validate(dataset: str | Path = DEFAULT_DATASET, oracles=ORACLES, kinds=KINDS) -> dict:
     """Validation figures of every oracle in ``oracles`` per workload kind, plus the per-cell rows."""
     dataset = Path(dataset)
-    measured = MeasuredOracle(dataset, pages="measured", page_dataset=dataset)
+    measured = MeasuredOracle(dataset, pages="measured", page_dataset=dataset, page_extra=())
     out = {"dataset": str(dataset.name), "method": __doc__.split("\n\n")[1].replace("\n", " "), "oracles": {}}
     for name in oracles:
         per_kind = {}

@@ -16,10 +16,9 @@ measured best and the registry default's and `cdn-static`'s medians. Reads only;
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
-
-from pathlib import Path
 
 import tailor.oracle.validate as V
 from tailor.oracle.measured import PAGE_EXTRA, MeasuredOracle, load_medians

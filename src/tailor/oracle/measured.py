@@ -221,13 +221,11 @@ class MeasuredOracle(Oracle):
             avail[(self.conds["condition"] == exclude).to_numpy()] = False
         query = np.c_[bw, rtt, loss]
         w = self._weights(query, avail)  # (n, m, K)
-        if not np.isfinite(self.reach):
-            return np.exp(np.einsum("nmk,mk->nk", w, np.nan_to_num(lr))) * self._shape(bw, rtt, loss, q, site, space)
-        level = self._level[w_name][:, None]  # (m, 1): each condition's mean log ratio over its measured configurations
-        dev = np.nan_to_num(lr - level)
-        interp = np.einsum("nmk,mk->nk", w, np.broadcast_to(np.nan_to_num(level), lr.shape))
-        d2 = np.where(avail[None, :, :], self._dist2(query)[:, :, None], np.inf).min(axis=1)  # (n, K)
-        interp += np.exp(-d2 / self.reach ** 2) * np.einsum("nmk,mk->nk", w, dev)
+        level = self._level[w_name]  # (m,): each condition's mean log ratio over its measured configurations
+        dev = np.nan_to_num(lr - level[:, None])
+        d2 = np.where(avail[None, :, :], self._dist2(query)[:, :, None], np.inf).min(axis=1)  # (n, K), finite
+        interp = (np.einsum("nmk,m->nk", w, np.nan_to_num(level))
+                  + np.exp(-d2 / self.reach ** 2) * np.einsum("nmk,mk->nk", w, dev))  # reach = inf: the plain IDW
         return np.exp(interp) * self._shape(bw, rtt, loss, q, site, space)
 
     def covers(self, space: ConfigSpace, websites) -> tuple[bool, str]:

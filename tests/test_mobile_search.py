@@ -81,6 +81,22 @@ def test_groups_of_a_province_and_an_isp_can_meet_s_min(scenario):
     assert {c.region for *_, c in flows} == set(SEARCH_PROVINCES)
 
 
+def test_the_day_long_variant_is_the_same_service_over_24_hours_at_the_same_volume_per_bin():
+    """mobile-search-day: SmartIW's testbed replayed one day (§VII-A); the same population and responses over 24 h, as
+    many responses per 10-minute bin as the two-hour scenario (so S_min means the same), 12 x the sessions."""
+    day = generate("mobile-search-day", seed=101, websites=sorted(ORACLE.websites))
+    short = generate("mobile-search", seed=101, websites=sorted(ORACLE.websites))
+    assert len(day.sessions) == 12 * len(short.sessions)
+    starts = np.array([s.start_s for s in day.sessions])
+    assert starts.max() > 23 * 3600 and starts.min() >= 0
+    per_bin = [Counter(int((s.start_s + t) // 600) for s in scn.sessions for t, _ in s.loads) for scn in (day, short)]
+    mid = [np.median([c[b] for b in range(2, max(c) - 2)]) for c in per_bin]  # away from the ramps at the ends
+    assert abs(mid[0] / mid[1] - 1) < 0.1, mid
+    assert {s.client.access for s in day.sessions} == {s.client.access for s in short.sessions}
+    assert {s.client.region for s in day.sessions} == set(SEARCH_PROVINCES)
+    assert set(day.websites()) == set(short.websites()) and all(is_search_response(w) for w in day.websites())
+
+
 def test_far_provinces_have_longer_rtts(scenario):
     by_province = {}
     for f in _flows(scenario):

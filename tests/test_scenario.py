@@ -45,8 +45,9 @@ def test_every_builtin_generates_valid_sessions(name):
     sites = [*SITES, "search-19KB", "search-121KB"]  # mobile-search loads the search responses, the others the rest
     sc = generate(name, 120, seed=1, websites=sites)
     assert len(sc.sessions) == 120 and sc.chunk_s == 5.0 and sc.provenance["sources"]
-    assert set(sc.websites()) <= (set(sites) - set(SITES) if name == "mobile-search" else set(SITES))
-    assert all(0 <= s.start_s <= 4 * 3600 for s in sc.sessions)
+    search = name.startswith("mobile-search")
+    assert set(sc.websites()) <= (set(sites) - set(SITES) if search else set(SITES))
+    assert all(0 <= s.start_s <= (24 if name == "mobile-search-day" else 4) * 3600 for s in sc.sessions)
 
 
 def test_default_covers_access_types_and_has_reasonable_size(default):

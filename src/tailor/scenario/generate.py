@@ -16,7 +16,7 @@ Every random draw comes from one ``numpy.random.Generator`` seeded by ``seed``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -31,7 +31,7 @@ from tailor.scenario.population import (Client, Spreads, build_clients, lognorma
                                         site_popularity)
 
 BUILTIN_SCENARIOS = ("default", "mixed-global", "broadband-us", "cellular", "satellite", "developing",
-                     "workshop-grid", "mobile-search")
+                     "workshop-grid", "mobile-search", "mobile-search-day")
 # Placeholder workloads for when no oracle is at hand; callers normally pass the oracle's website names.
 DEFAULT_WEBSITES = ("page-light-1", "page-medium-1", "page-heavy-1", "object-10KB", "object-1MB")
 TRACE_DIR = paths.DATA_DIR / "traces"
@@ -69,7 +69,12 @@ class GeneratorSettings:
 # per 10-minute bin, so that groups of a province and an ISP can meet S_min = 100 responses per bin (§VI-A).
 SEARCH_SETTINGS = GeneratorSettings(horizon_s=2 * 3600.0, loads_per_session=8.0, think_median_s=20.0,
                                     think_range_s=(2.0, 120.0), favourite_share=0.0)
-DEFAULT_SESSIONS = {"mobile-search": 4500}
+# mobile-search-day: the same service over one day, the span of SmartIW's testbed replay (§VII-A: "one day of data
+# traces"), at the same volume per 10-minute bin (12 x the sessions); SmartIW's sliding arm lists move one ladder
+# step per 10-minute iteration at most, so the span decides how far they can travel (docs/smartiw.md)
+SEARCH_DAY_SETTINGS = replace(SEARCH_SETTINGS, horizon_s=24 * 3600.0)
+DEFAULT_SESSIONS = {"mobile-search": 4500, "mobile-search-day": 54000}
+SEARCH_SCENARIOS = {"mobile-search": SEARCH_SETTINGS, "mobile-search-day": SEARCH_DAY_SETTINGS}
 
 
 def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0, websites=None,
@@ -84,7 +89,7 @@ def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0
     n_sessions = DEFAULT_SESSIONS.get(name, 1500) if n_sessions is None else n_sessions
     check(isinstance(n_sessions, (int, np.integer)) and n_sessions >= 1, "generate", "n_sessions",
           "an integer >= 1", n_sessions)
-    search = name == "mobile-search"
+    search = name in SEARCH_SCENARIOS
     if websites is None and search:
         from tailor.oracle.websites import search_catalog  # the model oracle's search responses (no import cycle)
         websites = sorted(search_catalog())
@@ -97,7 +102,7 @@ def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0
                             f"(website names {'starting' if search else 'not starting'} with "
                             f"{SEARCH_RESPONSE_PREFIX!r}) and the oracle's websites have none; the model oracle's "
                             f"catalog has both")
-    s = settings or (SEARCH_SETTINGS if search else GeneratorSettings())
+    s = settings or SEARCH_SCENARIOS.get(name) or GeneratorSettings()
     rng = np.random.default_rng(seed)
     tiers = family_tiers(name)
     popularity = np.full(len(websites), 1.0 / len(websites)) if search else site_popularity(rng, len(websites))
@@ -210,9 +215,10 @@ def _description(name: str) -> str:
     if name in ("default", "mixed-global"):
         mix = ", ".join(f"{k} {v:.0%}" for k, v in MIXED_WEIGHTS.items())
         return f"Mixed global client population ({mix}) from published figures"
-    if name == "mobile-search":
-        return (f"SmartIW's mobile search service: phones on 4G, Wi-Fi and 3G in five provinces fetching search "
-                f"responses of {facts.SEARCH_MEAN_RESPONSE_BYTES // 1024} KB on average from a data centre in Beijing "
+    if name in SEARCH_SCENARIOS:
+        span = " over one day" if name == "mobile-search-day" else ""
+        return (f"SmartIW's mobile search service{span}: phones on 4G, Wi-Fi and 3G in five provinces fetching "
+                f"search responses of {facts.SEARCH_MEAN_RESPONSE_BYTES // 1024} KB on average from a data centre in Beijing "
                 f"({facts.SMARTIW_SOURCE})")
     return f"Built-in '{name}' client population from published figures"
 

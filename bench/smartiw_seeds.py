@@ -1,0 +1,76 @@
+"""SmartIW's Fig. 12 over several seeds, with paired intervals (issue 14).
+
+Usage::
+
+    PYTHONPATH=src .venv/bin/python bench/smartiw_seeds.py --scenario mobile-search-day --seeds 0,1,2,3,4 \
+        [--json bench/results/smartiw_seeds_day.json]
+
+Per seed: ``tailor evaluate --scenario S --space iw-only --oracle model --policies
+default,tcp-200,smartiw-nogroup,smartiw,optimal --seed K`` (the same world and policies, through
+:func:`tailor.eval.run.evaluate`) and the report's Fig. 12 figures (``tailor.eval.figures_smartiw``: average
+response-time improvement over IW 10 = 1 - mean time / mean time at IW 10, reward, goodput, RTT degradation). Then
+per policy the mean over the seeds and, for SmartIW, the paired difference to every other policy (points, 95% t
+interval). The paper ranks SmartIW > SmartIW without grouping > TCP-200 > TCP-10 (§VII-B/C/D, Fig. 12).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+from scipy import stats
+
+from tailor.eval.figures_smartiw import BASE, _improvements, _metrics
+from tailor.eval.run import _git_commit, evaluate
+from tailor.oracle.select import select_oracle
+from tailor.scenario import load_scenario
+from tailor.sim import SimConfig
+
+POLICIES = ("default", "tcp-200", "smartiw-nogroup", "smartiw", "optimal")
+FIGURES = ("time", "reward", "goodput", "rtt")
+
+
+def interval(values: list[float]) -> str:
+    v = 100.0 * np.array(values)
+    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
+    return f"{v.mean():+.2f} [{v.mean() - half:+.2f}, {v.mean() + half:+.2f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--scenario", default="mobile-search-day")
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    started = time.perf_counter()
+    oracle = select_oracle("model", "iw-only")
+    runs = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        scn = load_scenario(args.scenario, seed=seed, websites=sorted(oracle.websites))
+        ev = evaluate(scn, oracle, list(POLICIES), SimConfig(space="iw-only", seed=seed))
+        data = _metrics(ev)
+        figs = {name: _improvements(data[name], data[BASE]) for name in POLICIES}
+        runs.append({"seed": seed, "responses": len(ev.simulator.world), "figures": figs})
+        print(f"\n{args.scenario} seed {seed} ({len(ev.simulator.world):,} responses): avg response time / reward / "
+              "goodput / RTT degradation over IW 10")
+        for name in POLICIES:
+            print(f"  {name:16s} " + "  ".join(f"{100 * figs[name][k]:+6.1f}%" for k in FIGURES), flush=True)
+    print(f"\nover {len(runs)} seeds: mean (95% t interval), points")
+    for name in POLICIES:
+        print(f"  {name:16s} avg response time {interval([r['figures'][name]['time'] for r in runs])}")
+    print("SmartIW minus, paired (avg response-time improvement, points):")
+    for name in POLICIES:
+        if name != "smartiw":
+            print(f"  {name:16s} " + interval([r["figures"]["smartiw"]["time"] - r["figures"][name]["time"] for r in runs]))
+    meta = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": vars(args),
+            "oracle": oracle.name, "wall_s": round(time.perf_counter() - started, 1)}
+    print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"runs": runs, "meta": meta}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -207,7 +207,6 @@ FAMILIES = {
     "developing": developing,
     "workshop-grid": workshop_grid,
     "mobile-search": mobile_search,
-    "mobile-search-day": mobile_search,  # the same population over one day (generate.SEARCH_DAY_SETTINGS)
 }
 
 

@@ -104,7 +104,7 @@ def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0
                             f"catalog has both")
     s = settings or SEARCH_SCENARIOS.get(name) or GeneratorSettings()
     rng = np.random.default_rng(seed)
-    tiers = family_tiers(name)
+    tiers = family_tiers("mobile-search" if search else name)  # mobile-search-day: the same population
     popularity = np.full(len(websites), 1.0 / len(websites)) if search else site_popularity(rng, len(websites))
     n_clients = max(1, min(n_sessions, round(n_sessions / s.sessions_per_client)))
     clients = build_clients(rng, tiers, n_clients, s.clients_per_prefix, popularity)
@@ -216,8 +216,8 @@ def _description(name: str) -> str:
         mix = ", ".join(f"{k} {v:.0%}" for k, v in MIXED_WEIGHTS.items())
         return f"Mixed global client population ({mix}) from published figures"
     if name in SEARCH_SCENARIOS:
-        span = " over one day" if name == "mobile-search-day" else ""
-        return (f"SmartIW's mobile search service{span}: phones on 4G, Wi-Fi and 3G in five provinces fetching "
+        hours = SEARCH_SCENARIOS[name].horizon_s / 3600.0
+        return (f"SmartIW's mobile search service over {hours:g} hours: phones on 4G, Wi-Fi and 3G in five provinces fetching "
                 f"search responses of {facts.SEARCH_MEAN_RESPONSE_BYTES // 1024} KB on average from a data centre in Beijing "
                 f"({facts.SMARTIW_SOURCE})")
     return f"Built-in '{name}' client population from published figures"

@@ -59,6 +59,7 @@ func (l listener) Accept() (net.Conn, error) {
 	ec := &Conn{Conn: c, Accepted: time.Now()}
 	if s.connRecords() {
 		ec.tel = &connTelemetry{srv: s}
+		s.live.Store(ec, struct{}{})
 	}
 	if s.cfg.Static && s.cfg.ApplySocket {
 		s.applySocket(ec, s.plan.Load().Default.Socket)

@@ -41,11 +41,17 @@ type connTelemetry struct {
 // reads TCP_INFO first and then adds its "connection" record.
 func (c *Conn) Close() error {
 	t := c.tel
-	if t == nil || !t.closed.CompareAndSwap(false, true) {
+	if t == nil {
 		return c.Conn.Close()
 	}
-	t.srv.closing.Add(1) // Server.Close waits for records being made
+	// counted before the race for the first Close: Server.Close, whose own
+	// Close may lose that race, then waits for the winner's record
+	t.srv.closing.Add(1)
 	defer t.srv.closing.Add(-1)
+	if !t.closed.CompareAndSwap(false, true) {
+		return c.Conn.Close()
+	}
+	defer t.srv.live.Delete(c)
 	var ti *unix.TCPInfo
 	var cc string
 	_ = control(c.Conn, func(fd int) {

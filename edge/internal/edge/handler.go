@@ -180,6 +180,8 @@ func (s *Server) inRoot(p string) bool {
 // measure times each response and reports it (kind "response").
 func (s *Server) measure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serving.Add(1) // Server.Close waits for this response's record
+		defer s.serving.Add(-1)
 		rec := &responseRecorder{ResponseWriter: w, start: time.Now(), inject: s.cfg.InjectBeacon, writeTimeout: s.cfg.WriteTimeout}
 		rec.rc = http.NewResponseController(w)
 		rec.extendDeadline(rec.start)

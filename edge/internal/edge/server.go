@@ -64,6 +64,8 @@ type Server struct {
 	wg      sync.WaitGroup
 	connWG  sync.WaitGroup // QUIC connection-record watchers (connrecord.go)
 	closing atomic.Int64   // TCP connection records being made (connrecord.go)
+	serving atomic.Int64   // responses whose record is not yet added (handler.go, measure)
+	live    sync.Map       // *Conn -> struct{}: reported TCP connections not yet closed (connrecord.go)
 }
 
 // New validates cfg, loads the certificate and the first table.
@@ -244,9 +246,15 @@ func (s *Server) Close() error {
 	q, stop := s.quic, s.stop
 	s.mu.Unlock()
 	err := s.h1.Close() // closes the TCP connections: their records are added now
+	// and those net/http no longer tracks (an HTTP/2 connection its client
+	// closed, whose goroutine has not closed it yet) are closed here, so
+	// that their records too come before the final flush
+	s.live.Range(func(c, _ any) bool { _ = c.(*Conn).Close(); return true })
 	// a connection that its own goroutine was closing at that moment may
-	// still be making its record (bounded wait: never blocks shutdown)
-	for deadline := time.Now().Add(time.Second); s.closing.Load() > 0 && time.Now().Before(deadline); {
+	// still be making its record, and a handler whose client already has
+	// the whole response may not have added its record yet (bounded wait:
+	// never blocks shutdown; the connections are closed, so handlers end)
+	for deadline := time.Now().Add(time.Second); s.closing.Load()+s.serving.Load() > 0 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 	if q != nil {

@@ -140,6 +140,8 @@ def decomposition(policy: ReasonedTailor, sim: Simulator, rec: dict) -> None:
         print(f"| block {b} | {np.mean([p['blocks'][b] for p in parts]):+.3f} |")
     terms = Counter(j for p in parts for j in p["terms"])
     for j, k in terms.most_common():
+        if k < 0.01 * len(parts):
+            break
         print(f"| term {names[j]} ({100 * k / len(parts):.0f}% of them) | "
               f"{np.mean([p['terms'][j] for p in parts if j in p['terms']]):+.3f} |")
     # the evidence where it was played: per configuration, its page loads' contrast with the baseline's in the same
@@ -156,7 +158,7 @@ def decomposition(policy: ReasonedTailor, sim: Simulator, rec: dict) -> None:
     level: dict[tuple, list[list[int]]] = {}
     for i, c in enumerate(keys):
         if c is not None:
-            level.setdefault(c[:5] + (int(world.time_s[i] // 3600),), [[], []])[rec["config"][i] != base].append(i)
+            level.setdefault(c[:5] + (int(world.time_s[i] // 3600),), [[], []])[int(rec["config"][i] != base)].append(i)
     print("\n| configuration | page loads | contrast weight | observed contrast | true contrast | model (shared) | model "
           "(cell posterior) | model over every page load | truth over every page load |\n|---|---|---|---|---|---|---|---|---|")
     every = np.array([at[c] if c is not None else -1 for c in keys])

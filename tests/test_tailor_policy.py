@@ -673,3 +673,26 @@ def test_tcp_only_telemetry_reaches_edges_without_sni_or_device():
     main = [choices[DecisionTable(table, validated=True).group_of(prefix.replace(".0/24", ".7"))] for prefix in prefixes]
     assert main == [space.configs[good].id] * len(prefixes), \
         f"the learned 30% faster configuration does not reach connections without SNI or device: {main}"
+
+
+@pytest.mark.parametrize("center", ["safe", "both"])
+def test_local_probes_may_step_from_the_lowest_mean_when_asked(center):
+    """``probe='local'`` keeps a probe one knob from the safe choice; with ``probe_center='both'`` also one knob
+    from the configuration with the lowest mean, so a two-knob configuration next to a promising one is reachable."""
+    pol, space = _policy(probe_center=center)
+    base = pol.baseline_index
+    good = _one_knob(pol, space, "tcp.initial_cwnd", 64)  # one knob from the baseline, the lowest mean
+    ref = space.configs[good]
+    two = space.index_of(next(c for c in space.configs if c["tcp.rto_min_ms"] != ref["tcp.rto_min_ms"]
+                              and all(c[k] == ref[k] for k in space.grid if k != "tcp.rto_min_ms")))
+    assert pol._near[good, two] and not pol._near[base, two]
+    mean, sd = np.full(len(space), 0.5), np.full(len(space), 0.05)  # the rest: LCB 0.45, not plausible
+    mean[base] = sd[base] = 0.0
+    mean[good], sd[good] = -0.03, 0.1  # UCB +0.07: the baseline stays the safe choice; LCB -0.13
+    mean[two], sd[two] = 0.0, 0.2  # LCB -0.2: the most promising probe, two knobs from the safe choice
+    ucb, _, near = pol._bounds(mean, sd)
+    near[:] = True  # the default guard is not what this test is about
+    safe = int(np.argmin(ucb))
+    assert safe == base and int(np.argmin(mean)) == good
+    probe = pol._probe_of(mean, sd, ucb, safe, near, good)
+    assert probe == (two if center == "both" else good)

@@ -83,7 +83,8 @@ default guard together: docs/tailor.md, hyper-parameters. Per connection:
 * a *probe* (at most ``explore_share`` of the group's page loads, ``probes`` per cell and
   configuration between plans): among configurations whose LCB is below the safe one's UCB by
   ``min_gain``, the one with the lowest LCB one knob away from the safe choice (``probe='local'``: a
-  trust region, like SafeOpt's expansion; anywhere when none is), the lowest LCB anywhere
+  trust region, like SafeOpt's expansion; anywhere when none is; with ``probe_center='both'`` also one knob away
+  from the eligible configuration with the lowest mean), the lowest LCB anywhere
   (``'optimistic'``) or the lowest UCB (``'cheap'``, growing the known-safe set);
 * otherwise, with ``exploit='greedy'``, the configuration with the lowest mean when it beats ``safe`` by
   ``min_gain``;
@@ -363,6 +364,9 @@ class TailorPolicy(Policy):
                         "in [0, 1e7] seconds (the shared model's effects come from contrasts within a level cell and an "
                         "epoch of this length, so a level that drifts between epochs is not taken for an effect of the "
                         "configurations played later; 0 = one level per cell over all time, before 2026-11-27)"),
+        "probe_center": ("safe", lambda v: v in ("safe", "both"),
+                         "'safe' (a local probe changes one knob of the safe choice) or 'both' (one knob of the safe "
+                         "choice or of the configuration with the lowest mean among those the guard allows)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -809,7 +813,8 @@ class TailorPolicy(Policy):
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
-        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near)) is not None:
+        lowest = int(np.argmin(np.where(ok, mean, np.inf)))
+        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, lowest)) is not None:
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
@@ -843,7 +848,8 @@ class TailorPolicy(Policy):
         ok[d] = near[d] = True
         return ucb, ok, near
 
-    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int, near: np.ndarray) -> int | None:
+    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int, near: np.ndarray,
+                  best: int | None = None) -> int | None:
         """The probe of a cell, if any: among the configurations the default guard allows as probes (``near``,
         from :meth:`_bounds`) whose optimistic bound may beat the safe choice by ``min_gain``, the first by
         ``probe`` (module docstring); ties (e.g. every one-knob change under the prior) at random."""
@@ -854,8 +860,11 @@ class TailorPolicy(Policy):
             return None
         rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
         rank = rank + 1e-6 * self._rng.random(len(rank))
-        if self.probe == "local" and (plausible & self._near[safe]).any():
-            plausible = plausible & self._near[safe]  # a trust region: one knob changed from the safe choice
+        region = self._near[safe]
+        if self.probe_center == "both" and best is not None:
+            region = region | self._near[best]
+        if self.probe == "local" and (plausible & region).any():
+            plausible = plausible & region  # a trust region: one knob changed from the safe choice
         return int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
 
     def _cost(self, group: str, level: float, level_var: float, ucb: float) -> float:
@@ -1491,7 +1500,8 @@ class TailorPolicy(Policy):
             best = int(np.argmin(np.where(ok, mean, np.inf)))
             if best != safe and mean[best] < ucb[safe] - self.min_gain and pay(1.0 - share, best):
                 main = best
-        probe = self._probe_of(mean, sd, ucb, main, near) if share > 0.0 else None
+        probe = self._probe_of(mean, sd, ucb, main, near, int(np.argmin(np.where(ok, mean, np.inf)))) \
+            if share > 0.0 else None
         if probe is None or not pay(share, probe):
             return {main: 1.0}
         return {main: 1.0 - share, probe: share}

@@ -378,7 +378,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_center": "safe", "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         self.__dict__.update(state)
 
@@ -821,7 +821,7 @@ class TailorPolicy(Policy):
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
-            best = int(np.argmin(np.where(ok, mean, np.inf)))
+            best = lowest
             if best != safe and mean[best] < ucb[safe] - self.min_gain and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
                 return Decision(best, 1.0, gid, "exploit")
         if ucb[safe] <= 0.0:
@@ -1496,12 +1496,11 @@ class TailorPolicy(Policy):
         if ucb[safe] > 0.0 and not pay(1.0 - share, safe):  # the guard's choice costs budget: the budget holds first
             safe = self._base
         main = safe
-        if self.exploit == "greedy":
-            best = int(np.argmin(np.where(ok, mean, np.inf)))
-            if best != safe and mean[best] < ucb[safe] - self.min_gain and pay(1.0 - share, best):
-                main = best
-        probe = self._probe_of(mean, sd, ucb, main, near, int(np.argmin(np.where(ok, mean, np.inf)))) \
-            if share > 0.0 else None
+        best = int(np.argmin(np.where(ok, mean, np.inf)))
+        if self.exploit == "greedy" and best != safe and mean[best] < ucb[safe] - self.min_gain \
+                and pay(1.0 - share, best):
+            main = best
+        probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None
         if probe is None or not pay(share, probe):
             return {main: 1.0}
         return {main: 1.0 - share, probe: share}

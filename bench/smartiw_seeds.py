@@ -19,23 +19,15 @@ import argparse
 import json
 import time
 
-import numpy as np
-from scipy import stats
-
 from tailor.eval.figures_smartiw import BASE, _improvements, _metrics
 from tailor.eval.run import _git_commit, evaluate
 from tailor.oracle.select import select_oracle
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig
+from tailor_acceptance import fmt, interval  # bench/: the acceptance report's mean [95% t]
 
 POLICIES = ("default", "tcp-200", "smartiw-nogroup", "smartiw", "optimal")
 FIGURES = ("time", "reward", "goodput", "rtt")
-
-
-def interval(values: list[float]) -> str:
-    v = 100.0 * np.array(values)
-    half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
-    return f"{v.mean():+.2f} [{v.mean() - half:+.2f}, {v.mean() + half:+.2f}]"
 
 
 def main() -> None:
@@ -59,11 +51,11 @@ def main() -> None:
             print(f"  {name:16s} " + "  ".join(f"{100 * figs[name][k]:+6.1f}%" for k in FIGURES), flush=True)
     print(f"\nover {len(runs)} seeds: mean (95% t interval), points")
     for name in POLICIES:
-        print(f"  {name:16s} avg response time {interval([r['figures'][name]['time'] for r in runs])}")
+        print(f"  {name:16s} avg response time {fmt(interval([r['figures'][name]['time'] for r in runs]))}")
     print("SmartIW minus, paired (avg response-time improvement, points):")
     for name in POLICIES:
         if name != "smartiw":
-            print(f"  {name:16s} " + interval([r["figures"]["smartiw"]["time"] - r["figures"][name]["time"] for r in runs]))
+            print(f"  {name:16s} " + fmt(interval([r["figures"]["smartiw"]["time"] - r["figures"][name]["time"] for r in runs])))
     meta = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": vars(args),
             "oracle": oracle.name, "wall_s": round(time.perf_counter() - started, 1)}
     print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s")

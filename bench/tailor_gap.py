@@ -43,7 +43,7 @@ from tailor.eval.metrics import gap_to_optimal
 from tailor.eval.run import _git_commit
 from tailor.oracle.select import select_oracle
 from tailor.policies import make_policy
-from tailor.policies.tailor import TailorPolicy
+from tailor.policies.tailor import TailorPolicy, knob_terms
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig, Simulator
 
@@ -62,15 +62,6 @@ class ReasonedTailor(TailorPolicy):
         self.reasons: list[tuple[float, str]] = []
         self.parts: list[dict] = []  # --decompose: one row per "no choice 2% better" page load after hour 0
         self.cell_of: dict[tuple, tuple] = {}  # --decompose: (time, session) -> the page load's context cell
-
-    def term_names(self) -> list[str]:
-        """The knob terms of the coding (:func:`knob_design` relative to the baseline): ``knob=value`` and products."""
-        space, ref = self.space, self.space.configs[self._base]
-        main = [(k, v) for k, vs in space.grid.items() for v in vs if v != ref[k]]
-        names = [f"{k}={v}" for k, v in main]
-        names += [f"{main[a][0]}={main[a][1]} x {main[b][0]}={main[b][1]}" for a in range(len(main))
-                  for b in range(a + 1, len(main)) if main[a][0] != main[b][0]]
-        return names
 
     def _decompose(self, ctx, cell: tuple, group: str, mean: np.ndarray) -> None:
         """The mean effect of Optimal's configuration in ``cell``, split into its terms (see the module)."""
@@ -122,7 +113,7 @@ class ReasonedTailor(TailorPolicy):
 
 def decomposition(policy: ReasonedTailor, sim: Simulator, rec: dict) -> None:
     """Print the --decompose tables (see the module)."""
-    parts, space, names = policy.parts, sim.space, policy.term_names()
+    parts, space, names = policy.parts, sim.space, knob_terms(sim.space, policy._base)[1]
     if not parts:
         print("\nno page load to decompose")
         return
@@ -153,8 +144,9 @@ def decomposition(policy: ReasonedTailor, sim: Simulator, rec: dict) -> None:
     at = {c: k for k, c in enumerate(known)}
     post, _, _, _ = policy._effects_many(known, [policy._group(c) for c in known])
     shared = policy._predict_many(known)[1]
-    mode_base = np.array([world.tensor.mode(int(c), int(s))[base] for c, s in zip(world.cell, world.site)])
-    logy, true = np.log(rec["plt_ms"]), np.log(rec["mode_ms"] / mode_base)
+    modes = np.array([world.tensor.mode(int(c), int(s)) for c, s in zip(world.cell, world.site)])  # page loads x configs
+    effect = np.log(modes / modes[:, [base]])  # every configuration's true effect at every page load
+    logy, true = np.log(rec["plt_ms"]), np.log(rec["mode_ms"] / modes[:, base])
     level: dict[tuple, list[list[int]]] = {}
     for i, c in enumerate(keys):
         if c is not None:
@@ -162,6 +154,7 @@ def decomposition(policy: ReasonedTailor, sim: Simulator, rec: dict) -> None:
     print("\n| configuration | page loads | contrast weight | observed contrast | true contrast | model (shared) | model "
           "(cell posterior) | model over every page load | truth over every page load |\n|---|---|---|---|---|---|---|---|---|")
     every = np.array([at[c] if c is not None else -1 for c in keys])
+    ok = every >= 0
     for c, k in Counter(int(c) for c in rec["config"] if c != base).most_common(8):
         w = obs = tr = sh = po = 0.0
         for b, others in level.values():
@@ -176,11 +169,8 @@ def decomposition(policy: ReasonedTailor, sim: Simulator, rec: dict) -> None:
                 po += wt * post[rows, c].mean()
         if w == 0:
             continue
-        ok = every >= 0
-        truth = np.log(np.array([world.tensor.mode(int(x), int(s))[c] for x, s in zip(world.cell[ok], world.site[ok])])
-                       / mode_base[ok])
         print(f"| {space.label(c)} | {k:,} | {w:.0f} | {obs / w:+.3f} | {tr / w:+.3f} | {sh / w:+.3f} | {po / w:+.3f} | "
-              f"{post[every[ok], c].mean():+.3f} | {truth.mean():+.3f} |")
+              f"{post[every[ok], c].mean():+.3f} | {effect[ok, c].mean():+.3f} |")
 
 
 def main() -> None:

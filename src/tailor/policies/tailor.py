@@ -162,21 +162,27 @@ def knob_design(space, reference: int | None = None) -> np.ndarray:
     ``reference``, a configuration index, is given): one indicator per value of each knob other than the
     reference's and the product of every two such indicators of different knobs (two-knob interactions).
     The reference is the zero row, and every single-knob change from it has the same prior scale."""
-    cols = []
-    owner = []
+    return knob_terms(space, reference)[0]
+
+
+def knob_terms(space, reference: int | None = None) -> tuple[np.ndarray, list[str]]:
+    """:func:`knob_design` and its columns' names: ``knob=value`` for a main effect, ``a=x x b=y`` for a product."""
+    cols, names, owner = [], [], []
     ref = None if reference is None else space.configs[reference]
     for name, values in space.grid.items():
         default = space.registry[name].default if ref is None else ref[name]
         for v in values:
             if v != default:
                 cols.append(np.array([1.0 if c[name] == v else 0.0 for c in space.configs]))
+                names.append(f"{name}={v}")
                 owner.append(name)
     main = list(cols)
     for a in range(len(main)):
         for b in range(a + 1, len(main)):
             if owner[a] != owner[b]:
                 cols.append(main[a] * main[b])
-    return np.column_stack(cols) if cols else np.zeros((len(space.configs), 1))
+                names.append(f"{names[a]} x {names[b]}")
+    return (np.column_stack(cols) if cols else np.zeros((len(space.configs), 1))), names
 
 
 def gram(psi: np.ndarray, pint: np.ndarray, e: np.ndarray, count: np.ndarray,
@@ -813,15 +819,14 @@ class TailorPolicy(Policy):
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
-        lowest = int(np.argmin(np.where(ok, mean, np.inf)))
-        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, lowest)) is not None:
+        best = int(np.argmin(np.where(ok, mean, np.inf)))  # the greedy choice, and a probe's second centre
+        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, best)) is not None:
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
-            best = lowest
             if best != safe and mean[best] < ucb[safe] - self.min_gain and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
                 return Decision(best, 1.0, gid, "exploit")
         if ucb[safe] <= 0.0:
@@ -849,7 +854,7 @@ class TailorPolicy(Policy):
         return ucb, ok, near
 
     def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int, near: np.ndarray,
-                  best: int | None = None) -> int | None:
+                  best: int) -> int | None:
         """The probe of a cell, if any: among the configurations the default guard allows as probes (``near``,
         from :meth:`_bounds`) whose optimistic bound may beat the safe choice by ``min_gain``, the first by
         ``probe`` (module docstring); ties (e.g. every one-knob change under the prior) at random."""
@@ -861,7 +866,7 @@ class TailorPolicy(Policy):
         rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
         rank = rank + 1e-6 * self._rng.random(len(rank))
         region = self._near[safe]
-        if self.probe_center == "both" and best is not None:
+        if self.probe_center == "both":
             region = region | self._near[best]
         if self.probe == "local" and (plausible & region).any():
             plausible = plausible & region  # a trust region: one knob changed from the safe choice

@@ -544,14 +544,17 @@ def test_state_pickles_and_an_earlier_layout_is_refused_with_the_reason():
     del old["_layout"]
     with pytest.raises(ParameterError, match="layout 1.*fresh --data"):
         pickle.loads(pickle.dumps(pol)).__setstate__(old)
-    # a state saved before ``probe_center`` existed decides as it did (probes around the safe choice only)
+    # a state saved before ``probe_center`` existed decides as it did (probes around the safe choice only), not
+    # as today's default (``'both'``, since 2026-11-30) would
     before = dict(pickle.loads(pickle.dumps(back)).__dict__)
     del before["probe_center"]
     restored = object.__new__(type(pol))
     restored.__setstate__(before)
+    as_then = pickle.loads(pickle.dumps(back))
+    as_then.probe_center = "safe"
     later = [ctx for _, ctx in _contexts(np.random.default_rng(5), 50, t0=2e4)]
-    assert restored.probe_center == "safe"
-    assert [restored.select(c).config for c in later] == [back.select(c).config for c in later]
+    assert back.probe_center == "both" and restored.probe_center == "safe"
+    assert [restored.select(c).config for c in later] == [as_then.select(c).config for c in later]
 
 
 def test_cell_rows_grow_and_keep_their_sums():

@@ -370,9 +370,9 @@ class TailorPolicy(Policy):
                         "in [0, 1e7] seconds (the shared model's effects come from contrasts within a level cell and an "
                         "epoch of this length, so a level that drifts between epochs is not taken for an effect of the "
                         "configurations played later; 0 = one level per cell over all time, before 2026-11-27)"),
-        "probe_center": ("safe", lambda v: v in ("safe", "both"),
-                         "'safe' (a local probe changes one knob of the safe choice) or 'both' (one knob of the safe "
-                         "choice or of the configuration with the lowest mean among those the guard allows)"),
+        "probe_center": ("both", lambda v: v in ("safe", "both"),
+                         "'safe' (a local probe changes one knob of the safe choice; before 2026-11-30) or 'both' (one "
+                         "knob of the safe choice or of the configuration with the lowest mean among those the guard allows)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }

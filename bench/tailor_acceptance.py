@@ -7,6 +7,7 @@ Usage::
     PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py [--cells default:model,satellite:measured]
         [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only [--markdown | --against OLD]
         [--dr-from OPE_DEV_ACCEPTANCE.json]]
+    PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py --merge A.json B.json --out MERGED.json
 
 Each run is what ``tailor evaluate --scenario S --oracle O --seed K`` computes (every default policy, space
 ``core``, online mode, UpdateFreq 300 s); the file keeps its summary rows, its off-policy rows (the doubly robust
@@ -211,6 +212,18 @@ def replace_dr(data: dict, ope: dict) -> None:
             row["dr_rel_error"], row["dr_covers"] = new["dr_rel_error"], new["dr_covers"]
 
 
+def merge(paths: list[Path]) -> dict:
+    """The union of several campaign files' runs (e.g. the two processes' halves); a run present in two files must
+    be the same run, else the merge is refused with its key."""
+    runs: dict = {}
+    for path in paths:
+        for k, run in load(path)["runs"].items():
+            if k in runs and runs[k] != run:
+                raise SystemExit(f"bench/tailor_acceptance.py: --merge: {k} differs between the files")
+            runs[k] = run
+    return {"runs": dict(sorted(runs.items()))}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default=",".join(f"{s}:{o}" for o in ORACLES for s in SCENARIOS))
@@ -223,7 +236,12 @@ def main() -> None:
     ap.add_argument("--dr-from", type=Path, default=None,
                     help="with --report-only: tailor's DR rows from this bench/ope_dev.py --acceptance file (the same "
                          "worlds and tables, a later estimator)")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="write the union of these campaign files' runs to --out, then report on it")
     args = ap.parse_args()
+    if args.merge:
+        save(args.out, merge(args.merge))
+        args.report_only = True
     cells = [tuple(c.split(":")) for c in args.cells.split(",") if c]
     seeds = [int(s) for s in args.seeds.split(",")]
     data = load(args.out)

@@ -34,9 +34,9 @@ def test_cluster_runs_shards_prints_status_and_stops_everything(tmp_path):
     d = tmp_path / "given"
     d.mkdir()
     (d / "mine.txt").write_text("the user's file")
-    res = subprocess.run([sys.executable, "-m", "tailor", "cluster", "--shards", "2", "--edges", "0", "--duration", "20",
+    res = subprocess.run([sys.executable, "-m", "tailor", "cluster", "--shards", "2", "--edges", "0", "--duration", "45",
                           "--dir", str(d), "--partitions", "4", "--update-freq", "1", "--status-every", "1.5"],
-                         capture_output=True, text=True, timeout=90, env=dict(os.environ, PYTHONPATH=SRC))
+                         capture_output=True, text=True, timeout=150, env=dict(os.environ, PYTHONPATH=SRC))
     out = res.stdout
     assert res.returncode == 0, out + res.stderr
     assert re.search(r"nats-server  pid \d+  nats://127\.0\.0\.1:\d+", out)
@@ -50,6 +50,10 @@ def test_cluster_runs_shards_prints_status_and_stops_everything(tmp_path):
     # the loser, tests/test_bus_shard.py), and a hand-over leaves a partition briefly unowned; so only the steady
     # state is asserted: in one of the last three lines every partition is owned exactly once, each with a table.
     # 20 s: under a loaded machine (a CI run beside other work) the hand-overs of a 12 s run had not always settled.
+    # 45 s since 2026-11-30: an empty `tailor` state pickles to 59 MB (its Gram and covariance blocks, 1,920 rows
+    # square), and on this machine a takeover that reads it from the object store took 18 s, so the second shard was
+    # still loading its first partition when a 20 s run stopped it (killed after the grace period). Shrinking the
+    # state is the fix (docs/bus.md, weak points); this only lets the takeover finish before the stop.
     steady = [line for line in owned[-3:] if parts(line) == [0, 1, 2, 3]]
     assert steady, owned[-3:]
     last = steady[-1]

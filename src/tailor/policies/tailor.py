@@ -315,6 +315,49 @@ class CellRows:
         self.index, self.keys_ = {}, []
         self.data = np.zeros((self.data.shape[0], 16, self.data.shape[2]))
 
+    def __getstate__(self) -> dict:
+        # the rows in use, their non-zero entries only (most cells play few configurations); the index follows
+        return {"keys_": self.keys_, "capacity": self.data.shape[1], "data": pack_sparse(self.used())}
+
+    def __setstate__(self, state: dict) -> None:
+        if "index" in state:  # pickled whole (before 2026-11-30)
+            self.__dict__.update(state)
+            return
+        self.keys_ = state["keys_"]
+        self.index = {k: i for i, k in enumerate(self.keys_)}
+        used = unpack_sparse(state["data"])
+        self.data = np.zeros((used.shape[0], state["capacity"], used.shape[2]))
+        self.data[:, :used.shape[1]] = used
+
+
+def pack_sparse(a: np.ndarray) -> tuple:
+    """An array as (shape, flat positions of its non-zero entries, their values): exact, and small for the
+    policy's sparse sums (the Gram matrix, per-cell feature sums, per-cell counts)."""
+    flat = np.ascontiguousarray(a).reshape(-1)
+    at = np.flatnonzero(flat)
+    return (a.shape, at.astype(np.int32 if flat.size < 2 ** 31 else np.int64), flat[at])
+
+
+def unpack_sparse(packed: tuple) -> np.ndarray:
+    shape, at, values = packed
+    out = np.zeros(int(np.prod(shape)), dtype=values.dtype)
+    out[at] = values
+    return out.reshape(shape)
+
+
+def _pack_levels(levels: dict) -> tuple:
+    """Level cells' sums (key -> (s, n, t)) as keys, one sparse matrix of their s (a cell's s is non-zero only
+    on the features its rows share) and arrays of n and t."""
+    keys = list(levels)
+    s = np.array([levels[k][0] for k in keys]) if keys else np.zeros((0, 0))
+    return (keys, pack_sparse(s), [levels[k][1] for k in keys], [levels[k][2] for k in keys])
+
+
+def _unpack_levels(packed: tuple) -> dict:
+    keys, s, n, t = packed
+    rows = unpack_sparse(s)
+    return {k: (rows[i], n[i], t[i]) for i, k in enumerate(keys)}
+
 
 def _key(ctx: Context) -> tuple:
     return (ctx.session, ctx.load_index, ctx.time_s)
@@ -378,6 +421,19 @@ class TailorPolicy(Policy):
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
 
+    def __getstate__(self) -> dict:
+        """The learned state without what is derived from it: the posterior covariance (recomputed from the Gram
+        matrix, as the last refit computed it); the Gram matrix, the level cells' sums and the per-cell tables as
+        their non-zero entries. A restored state decides as the saved one would (the cells' cached predictions are
+        kept: one may predate its website's first outcome, bench/state_size.py)."""
+        state = dict(self.__dict__)
+        if "_cov_from" in state:  # else a state restored from before 2026-11-30 that has not refitted since
+            del state["_cov_blocks"], state["_Q"]
+        state["_G"] = pack_sparse(self._G)
+        state["_level"], state["_level_past"] = _pack_levels(self._level), _pack_levels(self._level_past)
+        state["_packed"] = True
+        return state
+
     def __setstate__(self, state: dict) -> None:
         if state.get("_layout") != STATE_LAYOUT:
             raise ParameterError(f"this learned tailor state has layout {state.get('_layout', 1)}, this version reads "
@@ -387,7 +443,12 @@ class TailorPolicy(Policy):
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
         state = {"probe_center": "safe", "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
+        if state.pop("_packed", False):
+            state["_G"] = unpack_sparse(state["_G"])
+            state["_level"], state["_level_past"] = _unpack_levels(state["_level"]), _unpack_levels(state["_level_past"])
         self.__dict__.update(state)
+        if "_cov_blocks" not in state:
+            self._restore_cov()
 
     @property
     def _floor(self) -> float:
@@ -458,6 +519,7 @@ class TailorPolicy(Policy):
         self._rows = CellRows(2, len(space))
         self._recent: dict[tuple, float] = {}  # level cell -> its page loads in the last period (table probes)
         self._mu = np.zeros(dim)
+        self._cov_from: tuple[float, np.ndarray] | None = None  # (sigma^2, prior precisions) of the covariance; None: the prior's
         self._set_cov(np.diag(1.0 / self._prior_prec))
         self._sigma2 = 0.1
         self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log baseline level)
@@ -1331,11 +1393,13 @@ class TailorPolicy(Policy):
     def _refit(self) -> None:
         """Posterior of the shared model from its sufficient statistics; the noise variance by empirical Bayes."""
         for _ in range(2):
-            prec = self._G / self._sigma2 + np.diag(self._prior_prec)
+            used = self._sigma2
+            prec = self._precision(used, self._prior_prec)
             factor = cho_factor(prec, lower=True, check_finite=False)
             self._mu = cho_solve(factor, self._h / self._sigma2, check_finite=False)
             rss = self._yy - self._tt - 2.0 * self._mu @ self._h + self._mu @ self._G @ self._mu
             self._sigma2 = float(np.clip(rss / max(self._n - self._level_keys, 1), 1e-4, 4.0))
+        self._cov_from = (used, self._prior_prec.copy())  # before the EM step below moves the prior
         cov = cho_solve(factor, np.eye(len(prec)), check_finite=False)
         self._set_cov(cov)
         # one EM step of the context blocks' variance components (type-II maximum likelihood): a block whose
@@ -1347,6 +1411,21 @@ class TailorPolicy(Policy):
         est = np.clip(est, COMP_FLOOR, self._comp_cap)
         self._comp_var[2:] = est[2:]
         self._prior_prec[n_psi:] = 1.0 / self._comp_var[self._comp]
+
+    def _precision(self, sigma2: float, prior_prec: np.ndarray) -> np.ndarray:
+        return self._G / sigma2 + np.diag(prior_prec)
+
+    def _restore_cov(self) -> None:
+        """The posterior covariance of a restored state, computed as its last refit did (the same Gram matrix,
+        noise variance and prior precisions), so it decides as the saved state would."""
+        if self._cov_from is None:
+            self._set_cov(np.diag(1.0 / self._prior_prec))
+            return
+        sigma2, prior_prec = self._cov_from
+        with threadpool_limits(1):  # as in _plan
+            prec = self._precision(sigma2, prior_prec)
+            factor = cho_factor(prec, lower=True, check_finite=False)
+            self._set_cov(cho_solve(factor, np.eye(len(prec)), check_finite=False))
 
     def _fit_levels(self) -> None:
         """The level part of the model (what a new cell's baseline time is predicted from): an additive model of

@@ -151,6 +151,7 @@ SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - 
 MAX_CLIENTS = 200_000  # clients whose offsets are kept (least recently seen forgotten first)
 STATE_LAYOUT = 2  # the layout of the pickled state: 2 = per-cell statistics in CellRows arrays
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
+TAIL_DOF = 4.0  # degrees of freedom of context_prior='student' (a common robust choice, not fitted to any seed)
 
 def _FLOAT(lo, hi):
     return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
@@ -414,6 +415,11 @@ class TailorPolicy(Policy):
                         "in [0, 1e7] seconds (the shared model's effects come from contrasts within a level cell and an "
                         "epoch of this length, so a level that drifts between epochs is not taken for an effect of the "
                         "configurations played later; 0 = one level per cell over all time, before 2026-11-27)"),
+        "context_prior": ("gauss", lambda v: v in ("gauss", "student"),
+                          "'gauss' (the knob terms' context deviations Gaussian, one variance per block) or 'student' "
+                          "(Student-t with 4 degrees of freedom, a scale mixture fitted by EM: a context whose contrast is "
+                          "far beyond its block's variance gets a wider prior of its own, so it stays in that context "
+                          "instead of moving the global effects; the global block stays Gaussian)"),
         "probe_center": ("both", lambda v: v in ("safe", "both"),
                          "'safe' (a local probe changes one knob of the safe choice; before 2026-11-30) or 'both' (one "
                          "knob of the safe choice or of the configuration with the lowest mean among those the guard allows)"),
@@ -441,7 +447,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_center": "safe", "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"context_prior": "gauss", "probe_center": "safe", "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -1407,10 +1413,20 @@ class TailorPolicy(Policy):
         n_psi = self._n_psi
         second = self._mu[n_psi:] ** 2 + np.diag(cov)[n_psi:]
         size = np.bincount(self._comp, minlength=len(self._comp_var))
-        est = np.bincount(self._comp, weights=second, minlength=len(self._comp_var)) / np.maximum(size, 1)
+        lam = self._tail_weights(second) if self.context_prior == "student" else 1.0
+        est = np.bincount(self._comp, weights=lam * second, minlength=len(self._comp_var)) / np.maximum(size, 1)
         est = np.clip(est, COMP_FLOOR, self._comp_cap)
         self._comp_var[2:] = est[2:]
-        self._prior_prec[n_psi:] = 1.0 / self._comp_var[self._comp]
+        lam = self._tail_weights(second) if self.context_prior == "student" else 1.0
+        self._prior_prec[n_psi:] = lam / self._comp_var[self._comp]
+
+    def _tail_weights(self, second: np.ndarray) -> np.ndarray:
+        """Student-t prior of the context blocks' knob terms as a scale mixture (Lange, Little & Taylor 1989):
+        each term's expected precision scale given its posterior second moment, (nu + 1) / (nu + m / v), v its
+        block's variance component; 1 for the global block (components 0 and 1), which stays Gaussian."""
+        lam = (TAIL_DOF + 1.0) / (TAIL_DOF + second / self._comp_var[self._comp])
+        lam[self._comp < 2] = 1.0
+        return lam
 
     def _precision(self, sigma2: float, prior_prec: np.ndarray) -> np.ndarray:
         return self._G / sigma2 + np.diag(prior_prec)

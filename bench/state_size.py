@@ -8,7 +8,7 @@ Usage::
 
 Runs the policy on one simulated world (``Simulator``, as ``tailor evaluate`` does; a held-out seed, >= 100), then
 pickles it as the manager does and prints: the pickle's size and the time to write and to read it, the ten largest
-parts of the state, what the same state weighs pickled whole (every attribute as it is held in memory, as before
+parts of the state, the same for the state pickled whole (every attribute as it is held in memory, as before
 2026-11-30), and whether the restored state is exactly the saved one (every array equal, the same decisions on
 200 fresh contexts). A fresh policy as the manager starts one (nothing learned) is measured the same way.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import time
 
@@ -31,9 +32,15 @@ from tailor.sim import SimConfig, Simulator
 from tailor.sim.simulator import ARCHIVE_ALPHA
 
 
-def _whole(pol) -> int:
-    """Bytes of the state pickled attribute by attribute as held in memory (no packing)."""
-    return sum(len(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)) for v in pol.__dict__.values())
+def _whole(pol) -> tuple[int, float, float]:
+    """The state pickled as held in memory (no packing, the covariance included, as before 2026-11-30): bytes and
+    the seconds to write and to read it."""
+    t = time.perf_counter()
+    blob = pickle.dumps(dict(pol.__dict__), protocol=pickle.HIGHEST_PROTOCOL)
+    write_s = time.perf_counter() - t
+    t = time.perf_counter()
+    pickle.loads(blob)
+    return len(blob), write_s, time.perf_counter() - t
 
 
 def _equal(a, b) -> bool:
@@ -62,7 +69,9 @@ def measure(pol, contexts) -> dict:
     parts = {k: len(pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)) for k, v in pol.__getstate__().items()}
     unequal = [k for k, v in pol.__dict__.items() if not _equal(v, back.__dict__.get(k))]
     same = [back.select(c).config for c in contexts] == [pol.select(c).config for c in contexts]
-    return {"bytes": len(blob), "whole_bytes": _whole(pol), "write_s": round(write_s, 3), "read_s": round(read_s, 3),
+    whole, whole_write_s, whole_read_s = _whole(pol)
+    return {"bytes": len(blob), "write_s": round(write_s, 3), "read_s": round(read_s, 3), "whole_bytes": whole,
+            "whole_write_s": round(whole_write_s, 3), "whole_read_s": round(whole_read_s, 3),
             "largest": sorted(parts.items(), key=lambda kv: -kv[1])[:10], "unequal": unequal, "same_decisions": same}
 
 
@@ -92,12 +101,13 @@ def main() -> None:
     del pol.select
     contexts = seen[-200:]  # the last period's clients, asked again of the saved and the restored state
     out = {"scenario": args.scenario, "oracle": args.oracle, "sessions": args.sessions, "seed": args.seed,
-           "commit": _git_commit(), "run_s": round(run_s, 1), "learned": measure(pol, contexts),
+           "commit": _git_commit(), "load": os.getloadavg()[0], "run_s": round(run_s, 1), "learned": measure(pol, contexts),
            "fresh": measure(fresh, contexts)}
     for name in ("learned", "fresh"):
         r = out[name]
-        print(f"{name}: {r['bytes'] / 1e6:.1f} MB pickled ({r['whole_bytes'] / 1e6:.1f} MB whole), write "
-              f"{r['write_s']:.2f} s, read {r['read_s']:.2f} s; unequal after a round trip: {r['unequal'] or 'none'}; "
+        print(f"{name}: {r['bytes'] / 1e6:.1f} MB pickled, write {r['write_s']:.2f} s, read {r['read_s']:.2f} s "
+              f"(whole: {r['whole_bytes'] / 1e6:.1f} MB, {r['whole_write_s']:.2f} s, {r['whole_read_s']:.2f} s); "
+              f"unequal after a round trip: {r['unequal'] or 'none'}; "
               f"same decisions on {len(contexts)} contexts: {r['same_decisions']}")
         print("  largest parts: " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in r["largest"]))
     if args.json:

@@ -526,7 +526,7 @@ class TailorPolicy(Policy):
         self._recent: dict[tuple, float] = {}  # level cell -> its page loads in the last period (table probes)
         self._mu = np.zeros(dim)
         self._cov_from: tuple[float, np.ndarray] | None = None  # (sigma^2, prior precisions) of the covariance; None: the prior's
-        self._set_cov(np.diag(1.0 / self._prior_prec))
+        self._restore_cov()
         self._sigma2 = 0.1
         self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log baseline level)
         self._probes: dict[tuple, int] = {}
@@ -1417,6 +1417,7 @@ class TailorPolicy(Policy):
         est = np.bincount(self._comp, weights=lam * second, minlength=len(self._comp_var)) / np.maximum(size, 1)
         est = np.clip(est, COMP_FLOOR, self._comp_cap)
         self._comp_var[2:] = est[2:]
+        # EM: the weights above (E-step, old variances) gave the variances; the precisions use the new ones
         lam = self._tail_weights(second) if self.context_prior == "student" else 1.0
         self._prior_prec[n_psi:] = lam / self._comp_var[self._comp]
 
@@ -1432,8 +1433,9 @@ class TailorPolicy(Policy):
         return self._G / sigma2 + np.diag(prior_prec)
 
     def _restore_cov(self) -> None:
-        """The posterior covariance of a restored state, computed as its last refit did (the same Gram matrix,
-        noise variance and prior precisions), so it decides as the saved state would."""
+        """The posterior covariance as recorded by ``_cov_from``: the prior's before any refit, else as the last
+        refit computed it (the same Gram matrix, noise variance and prior precisions), so a restored state decides
+        as the saved one would."""
         if self._cov_from is None:
             self._set_cov(np.diag(1.0 / self._prior_prec))
             return

@@ -799,3 +799,17 @@ def test_local_probes_may_step_from_the_lowest_mean_when_asked(center):
     assert safe == base and int(np.argmin(mean)) == good
     probe = pol._probe_of(mean, sd, ucb, safe, near, good)
     assert probe == (two if center == "both" else good)
+
+
+def test_probe_margin_keeps_probes_expected_slower_than_the_default_out():
+    """A probe's posterior mean may lie up to ``probe_margin`` above the registry default's: 3% above is a probe
+    with the default 0.05, not with 0; the safe and greedy choices' guard is not changed by it."""
+    for margin, allowed in ((0.05, True), (0.0, False)):
+        pol, space = _policy(probe_margin=margin)
+        d = space.default_index
+        other = next(i for i in range(len(space)) if i not in (d, pol.baseline_index))
+        mean, sd = np.zeros(len(space)), np.full(len(space), 0.1)
+        mean[other] = mean[d] + math.log(1.03)
+        _, ok, near = pol._bounds(mean, sd)
+        assert bool(near[other]) is allowed and near[d]
+        assert not ok[other]  # 3% above with sd 0.1 is plausibly more than 5% slower, at either margin

@@ -423,6 +423,9 @@ class TailorPolicy(Policy):
         "probe_center": ("both", lambda v: v in ("safe", "both"),
                          "'safe' (a local probe changes one knob of the safe choice; before 2026-11-30) or 'both' (one "
                          "knob of the safe choice or of the configuration with the lowest mean among those the guard allows)"),
+        "probe_margin": (0.05, _FLOAT(0.0, 0.05),
+                         "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
+                         "default's; 0.05, the degraded threshold, is the default)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -447,7 +450,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"context_prior": "gauss", "probe_center": "safe", "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -910,7 +913,8 @@ class TailorPolicy(Policy):
         registry default), and which ones it allows as probes (not *expected* to be: a probe is what narrows a
         configuration's sd, so requiring a narrow sd first would keep every configuration the model knows little
         about, and with it every gain there, out of reach). All when ``guard`` is off or the baseline is the
-        registry default, which the budget then bounds against already; the registry default always."""
+        registry default, which the budget then bounds against already; the registry default always. A probe's
+        expectation may lie up to ``probe_margin`` above the default's (by default the degraded threshold)."""
         ucb = mean + self.beta * sd
         ucb[self._base] = 0.0
         if self.guard == "off" or self._base == self.space.default_index:
@@ -918,7 +922,7 @@ class TailorPolicy(Policy):
             return ucb, every, every
         d = self.space.default_index
         ok = mean - mean[d] + float(self.guard) * np.sqrt(sd * sd + sd[d] * sd[d]) <= DEGRADED
-        near = mean - mean[d] <= DEGRADED
+        near = mean - mean[d] <= math.log(1.0 + self.probe_margin)
         ok[d] = near[d] = True
         return ucb, ok, near
 

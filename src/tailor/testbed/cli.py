@@ -43,6 +43,17 @@ def add_parser(sub) -> None:
     fa.add_argument("--mixes", default="0,10,50,90,100", help="tuned shares in percent (default 0,10,50,90,100)")
     fa.add_argument("--buffers", default="0.5,1", help="drop-tail buffer in BDP (default 0.5,1)")
     fa.add_argument("--out", default="data/testbed/fairness.json", help="result JSON (a .md table is written too)")
+    sl = tsub.add_parser("shared-link", help="search responses of one user group through one shared shaped link, "
+                                             "per initial window (SmartIW's testbed, issue 14)")
+    sl.add_argument("--rate-mbit", type=float, default=10.0, help="bottleneck rate (default 10 Mbit/s)")
+    sl.add_argument("--rtt", type=float, default=60.0, help="RTT in ms (default 60)")
+    sl.add_argument("--duration", type=float, default=30.0, help="seconds of arrivals per run (default 30)")
+    sl.add_argument("--iws", default="10,32,64,200", help="initial windows (default 10,32,64,200)")
+    sl.add_argument("--loads", default="0.3,0.7", help="offered loads of the link (default 0.3,0.7)")
+    sl.add_argument("--queues", default="50,1000", help="drop-tail queues in packets (default 50,1000)")
+    sl.add_argument("--seeds", default="1", help="arrival schedules (default 1)")
+    sl.add_argument("--out", default="data/testbed/shared-link.json",
+                    help="result JSON, resumed if it holds the same setup (a .md table is written too)")
     q = tsub.add_parser("quic", help="QUIC/HTTP-3 workload: tailor-edge --quic and tailor-fetch over the emulated link")
     q.add_argument("--plan", required=True, help="QUIC plan JSON (e.g. data/oracle/plans/tb-v2-quic.json)")
     q.add_argument("--out", default=DEFAULT_OUT + "/quic", help=f"dataset directory (default {DEFAULT_OUT}/quic)")
@@ -68,6 +79,8 @@ def run(args) -> int:
         return _fairness(args)
     if args.testbed_command == "quic":
         return _quic(args)
+    if args.testbed_command == "shared-link":
+        return _shared_link(args)
     if args.testbed_command == "quic-report":
         return _quic_report(args)
     return _check_iw(args)
@@ -94,6 +107,28 @@ def _fairness(args) -> int:
     print(json.dumps({"out": args.out, "runs": len(res["runs"]),
                       "jain": {f"{r['buffer_bdp']:g}bdp/{100 * r['mix']:.0f}%": round(r["jain"], 3)
                                for r in res["runs"]}}))
+    return 0
+
+
+def _shared_link(args) -> int:
+    from tailor.errors import ParameterError
+    from tailor.testbed.server import tailor_link_binary
+    from tailor.testbed.sharedlink import SharedLinkSetup, run_experiment
+
+    try:
+        iws, seeds, queues = (tuple(int(v) for v in a.split(",")) for a in (args.iws, args.seeds, args.queues))
+        loads = tuple(float(v) for v in args.loads.split(","))
+    except ValueError:
+        raise ParameterError(f"The '--iws', '--seeds', '--queues' and '--loads' parameters of testbed shared-link "
+                             f"must be comma lists of numbers. Got {args.iws!r}, {args.seeds!r}, {args.queues!r}, "
+                             f"{args.loads!r}.") from None
+    setup = SharedLinkSetup(rate_mbit=args.rate_mbit, rtt_ms=args.rtt, duration_s=args.duration, iws=iws,
+                            loads=loads, queues=queues, seeds=seeds)
+    _interrupt_on_term()
+    res = run_experiment(setup, tailor_link_binary(), Path(args.out))
+    print(json.dumps({"out": args.out, "runs": len(res["runs"]),
+                      "improvement_over_iw10": {f"q{r['queue_packets']}/rho{r['load']:g}/iw{r['iw']}":
+                                                round(r.get("improvement", 0.0), 4) for r in res["paired"]}}))
     return 0
 
 

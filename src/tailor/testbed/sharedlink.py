@@ -1,0 +1,258 @@
+"""`tailor testbed shared-link`: search responses of one user group replayed through one shaped link (issue 14).
+
+SmartIW's testbed (seed 004 §VII-A) replays each user group's requests "in the original timing order" through one
+link shaped with HTB and netem to the hour's 90th-percentile *per-flow* goodput and average RTT, so all of a group's
+concurrent responses share that link; its TCP-200 loses to SmartIW there ("directly using a large IW may cause packet
+loss and increase the response time", §VII-D, Fig. 13b's long tail). The simulator gives every response its own
+path, and there TCP-200 is within 1-2 points of Optimal (docs/smartiw.md). This experiment measures the missing
+mechanism on the real kernel: responses drawn from the `mobile-search` size distribution (ten lognormal sizes, mean
+120 KB) arrive as a Poisson process at an offered load ``rho`` of one ``tailor-link`` bottleneck (fixed rate, RTT,
+drop-tail queue of ``queue`` packets); every response of a run uses the same initial window (the server's route
+``initcwnd``, CUBIC, as in the paper's testbed), and every initial window replays the same schedule, so the runs of
+a (queue, load, schedule) are paired. Per response: the TCP response time (request sent -> last byte, no handshake),
+the server's smoothed RTT (``TCP_INFO``) and its retransmissions.
+
+The client's receive window: the paper sets the initial one above 200 segments so that it does not cap IW 200. The
+client here asks for it (route ``initrwnd``, ``tcp_rmem`` raised), but Linux offers at most 65,535 bytes in the
+first window of a connection whatever ``initrwnd`` says (``tcp_select_initial_window`` takes the smaller), so a new
+connection's first flight is at most 45 segments; later rounds are not capped. Seen on a 100 Mbit/s, 60 ms link at
+load 0.01: a 54-segment response takes two round trips at IW 64 and at IW 200, a 43-segment one one. IW 64 and IW
+200 therefore differ here from the second round on; the first flight of the paper's IW 200 was larger, so what
+contention costs IW 200 here is, if anything, less than in its testbed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from tailor.errors import check
+from tailor.testbed import sharedlink_flows
+from tailor.testbed.runner import _stream
+from tailor.testbed.server import SERVER_IP, TestbedError
+
+PORT = 9000
+MTU = 1500
+SCHEMA = "tailor.testbed-shared-link/v1"
+
+
+def search_sizes() -> list[int]:
+    """The ten equally likely response sizes of the `mobile-search` scenarios (bytes)."""
+    from tailor.oracle.websites import search_catalog
+
+    return sorted(w.total_bytes for w in search_catalog().values())
+
+
+@dataclass(frozen=True)
+class SharedLinkSetup:
+    rate_mbit: float = 10.0
+    rtt_ms: float = 60.0
+    duration_s: float = 30.0
+    warmup_s: float = 2.0
+    cc: str = "cubic"
+    iws: tuple[int, ...] = (10, 32, 64, 200)
+    loads: tuple[float, ...] = (0.3, 0.7)
+    queues: tuple[int, ...] = (50, 1000)
+    seeds: tuple[int, ...] = (1,)
+    initrwnd: int = 300
+
+    def __post_init__(self):
+        check(0.1 <= self.rate_mbit <= 200, "SharedLinkSetup", "rate_mbit", "in [0.1, 200]", self.rate_mbit)
+        check(1 <= self.rtt_ms <= 2000, "SharedLinkSetup", "rtt_ms", "in [1, 2000]", self.rtt_ms)
+        check(2 <= self.duration_s <= 600, "SharedLinkSetup", "duration_s", "in [2, 600] s", self.duration_s)
+        check(0 <= self.warmup_s < self.duration_s - 1, "SharedLinkSetup", "warmup_s", "in [0, duration_s - 1)",
+              self.warmup_s)
+        check(self.cc in ("cubic", "bbr", "reno"), "SharedLinkSetup", "cc", "one of cubic, bbr, reno", self.cc)
+        check(bool(self.iws) and all(1 <= w <= 256 for w in self.iws), "SharedLinkSetup", "iws",
+              "non-empty, each in [1, 256]", self.iws)
+        check(bool(self.loads) and all(0 < r <= 0.95 for r in self.loads), "SharedLinkSetup", "loads",
+              "non-empty, each an offered load in (0, 0.95]", self.loads)
+        check(bool(self.queues) and all(2 <= q <= 100_000 for q in self.queues), "SharedLinkSetup", "queues",
+              "non-empty, each in [2, 100000] packets", self.queues)
+        check(bool(self.seeds) and all(0 <= s < 2**31 for s in self.seeds), "SharedLinkSetup", "seeds",
+              "non-empty, each in [0, 2^31)", self.seeds)
+        check(max(self.iws) <= self.initrwnd <= 10_000, "SharedLinkSetup", "initrwnd",
+              "at least the largest initial window and at most 10000 segments", self.initrwnd)
+
+    def bdp_packets(self) -> float:
+        return self.rate_mbit * 1e6 / 8 * self.rtt_ms / 1000 / MTU
+
+
+def schedule(setup: SharedLinkSetup, load: float, seed: int, sizes: list[int] | None = None) -> list[tuple[float, int]]:
+    """Poisson arrivals over ``duration_s`` at the rate that offers ``load`` of the link's rate in response bytes,
+    each with a size drawn uniformly from ``sizes`` (the search responses'); the same for every initial window."""
+    sizes = search_sizes() if sizes is None else sizes
+    rng = np.random.default_rng([seed, int(round(load * 1000))])
+    rate = load * setup.rate_mbit * 1e6 / 8 / float(np.mean(sizes))  # responses per second
+    out, t = [], 0.0
+    while True:
+        t += float(rng.exponential(1.0 / rate))
+        if t >= setup.duration_s:
+            return out
+        out.append((round(t, 4), int(sizes[int(rng.integers(len(sizes)))])))
+
+
+def run_one(setup: SharedLinkSetup, queue: int, load: float, seed: int, iw: int, tl_bin: str) -> dict:
+    """One run: the (load, seed) schedule through a ``queue``-packet bottleneck, every response at initial window
+    ``iw``."""
+    flows = schedule(setup, load, seed)
+    with tempfile.TemporaryDirectory(prefix="tailor-shared-") as tmp:
+        spec, stats, served = Path(tmp) / "spec.json", Path(tmp) / "stats.json", Path(tmp) / "served.jsonl"
+        spec.write_text(json.dumps({"server": SERVER_IP, "port": PORT, "flows": flows}))
+        script = sharedlink_flows.__file__
+        server = ("sysctl -qw net.ipv4.tcp_no_metrics_save=1 && "
+                  "sysctl -qw net.ipv4.tcp_wmem='4096 1048576 8388608' && "
+                  f"exec {sys.executable} {script} serve {SERVER_IP} {PORT} {setup.duration_s + 5:g} {served}")
+        client = ("sysctl -qw net.ipv4.tcp_rmem='4096 1048576 8388608' && "
+                  f"ip route replace $TL_SERVER_IP dev tl-c src $TL_CLIENT_IP initrwnd {setup.initrwnd} && "
+                  f"exec {sys.executable} {script} fetch {spec}")
+        timeout = setup.duration_s + sharedlink_flows.FLOW_TIMEOUT_S + 30
+        cmd = [tl_bin, "run", "--delay", f"{setup.rtt_ms / 2:g}", "--down-rate-mbit", f"{setup.rate_mbit:g}",
+               "--up-rate-mbit", f"{setup.rate_mbit:g}", "--down-queue-packets", str(queue),
+               "--up-queue-packets", str(max(queue, 64)), "--seed", str(seed),
+               "--route-opts", f"initcwnd {iw} congctl {setup.cc}",
+               "--stats", str(stats), "--timeout", f"{int(timeout)}s", "--wait-port", str(PORT),
+               "--server-cmd", server, "--client-cmd", client]
+        lines: list[dict] = []
+        run = {"started_unix": time.time(), "load_start": os.getloadavg()[0]}
+        rc, stderr = _stream(cmd, timeout + 30, lines.append, run)
+        emu = json.loads(stats.read_text()) if stats.exists() else {}
+        srv = [json.loads(line) for line in served.read_text().splitlines()] if served.exists() else []
+    return summarize(setup, queue, load, seed, iw, flows, lines, srv, rc, stderr, emu, run)
+
+
+def summarize(setup: SharedLinkSetup, queue: int, load: float, seed: int, iw: int, flows: list, lines: list[dict],
+              served: list[dict], rc: int, stderr: str, emu: dict, run: dict) -> dict:
+    """Join the client's and the server's records by port; the figures over responses started after warm-up."""
+    recv = {r["flow"]: r for r in lines if "flow" in r}
+    errors = [r.get("error") for r in recv.values() if r.get("error")] + [s["error"] for s in served if s.get("error")]
+    if rc != 0 or len(recv) != len(flows) or errors:
+        raise TestbedError(f"shared-link run queue={queue} load={load} seed={seed} iw={iw} failed: exit {rc}, "
+                           f"{len(recv)} of {len(flows)} responses reported, errors {errors[:3]}; {stderr[-300:]}")
+    by_port = {s["peer_port"]: s for s in served}
+    ccs = {s.get("cc") for s in served}
+    if len(by_port) != len(flows) or ccs != {setup.cc}:
+        raise TestbedError(f"shared-link run iw={iw}: {len(by_port)} server records for {len(flows)} responses, "
+                           f"congestion controls {sorted(map(str, ccs))} (expected only {setup.cc})")
+    keep = [recv[i] for i in range(len(flows)) if flows[i][0] >= setup.warmup_s]
+    rt = np.array([r["response_ms"] for r in keep])
+    srtt = np.array([by_port[r["local_port"]]["srtt_us"] / 1000 for r in keep])
+    retr = np.array([by_port[r["local_port"]]["retrans"] for r in keep])
+    late = np.array([r["late_ms"] for r in recv.values()])
+    down = emu.get("down", {})
+    return {"queue_packets": queue, "load": load, "seed": seed, "iw": iw, "responses": len(keep),
+            "mean_ms": float(rt.mean()), "p50_ms": float(np.median(rt)), "p95_ms": float(np.percentile(rt, 95)),
+            "p99_ms": float(np.percentile(rt, 99)), "srtt_ms": float(srtt.mean()),
+            "retrans_share": float((retr > 0).mean()), "retrans_mean": float(retr.mean()),
+            "response_ms": [round(float(v), 2) for v in rt],
+            "offered_mbit": float(sum(f[1] for f in flows) * 8 / setup.duration_s / 1e6),
+            "queue_drops": int(down.get("queue_drops", 0)), "queue_hwm_packets": int(down.get("queue_hwm_packets", 0)),
+            "emu_lateness_p99_us": float(down.get("send_lateness_us", {}).get("p99", math.nan)),
+            "client_late_p99_ms": float(np.percentile(late, 99)) if late.size else math.nan,
+            "load_start": run["load_start"], "load_end": os.getloadavg()[0],
+            "wall_s": time.time() - run["started_unix"]}
+
+
+def paired(result: dict) -> list[dict]:
+    """Per (queue, load) and initial window: the mean response time over the schedules and its improvement over IW
+    10 (the paper's (T_10 - T_iw) / T_10 of the average), the server RTT's change, and the per-response paired
+    difference's mean with a 95% interval from a bootstrap over the schedules' responses."""
+    runs = result["runs"]
+    out = []
+    for q in sorted({r["queue_packets"] for r in runs}):
+        for load in sorted({r["load"] for r in runs}):
+            cell = [r for r in runs if r["queue_packets"] == q and r["load"] == load]
+            base = {r["seed"]: r for r in cell if r["iw"] == 10}
+            for iw in sorted({r["iw"] for r in cell}):
+                rs = [r for r in cell if r["iw"] == iw]
+                t = np.concatenate([r["response_ms"] for r in rs])
+                row = {"queue_packets": q, "load": load, "iw": iw, "responses": int(t.size),
+                       "mean_ms": float(t.mean()), "p95_ms": float(np.percentile(t, 95)),
+                       "srtt_ms": float(np.mean([r["srtt_ms"] for r in rs])),
+                       "retrans_share": float(np.mean([r["retrans_share"] for r in rs])),
+                       "queue_drops": int(sum(r["queue_drops"] for r in rs))}
+                if base and all(r["seed"] in base for r in rs):
+                    b = np.concatenate([base[r["seed"]]["response_ms"] for r in rs])
+                    row["improvement"] = float((b.mean() - t.mean()) / b.mean())
+                    row["rtt_change"] = float(row["srtt_ms"] / np.mean([base[r["seed"]]["srtt_ms"] for r in rs]) - 1)
+                    rng = np.random.default_rng(0)
+                    idx = rng.integers(0, t.size, size=(2000, t.size))
+                    boot = (b[idx].mean(axis=1) - t[idx].mean(axis=1)) / b[idx].mean(axis=1)
+                    row["improvement_ci"] = [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
+                out.append(row)
+    return out
+
+
+def run_experiment(setup: SharedLinkSetup, tl_bin: str, out: Path | None = None, progress=print) -> dict:
+    """Every (queue, load, seed, initial window) run in turn, written after each run (a rerun with the same ``out``
+    skips the runs already there)."""
+    result = {"schema": SCHEMA, "setup": asdict(setup), "started_utc": _now(), "bdp_packets": setup.bdp_packets(),
+              "kernel": os.uname().release, "cpus": os.cpu_count(), "runs": []}
+    if out is not None and out.exists():
+        old = json.loads(out.read_text())
+        if old.get("schema") == SCHEMA and old.get("setup") == json.loads(json.dumps(asdict(setup))):
+            result = old
+    done = {(r["queue_packets"], r["load"], r["seed"], r["iw"]) for r in result["runs"]}
+    for q in setup.queues:
+        for load in setup.loads:
+            for seed in setup.seeds:
+                for iw in setup.iws:
+                    if (q, load, seed, iw) in done:
+                        continue
+                    r = run_one(setup, q, load, seed, iw, tl_bin)
+                    result["runs"].append(r)
+                    progress(f"queue {q} pkts, load {load:g}, seed {seed}, IW {iw}: mean {r['mean_ms']:.0f} ms, "
+                             f"p95 {r['p95_ms']:.0f} ms, srtt {r['srtt_ms']:.0f} ms, retrans {r['retrans_share']:.1%}"
+                             f", drops {r['queue_drops']}, lateness p99 {r['emu_lateness_p99_us']:.0f} us")
+                    if out is not None:
+                        _write(result, out)
+    result["finished_utc"] = _now()
+    result["paired"] = paired(result)
+    if out is not None:
+        _write(result, out)
+        out.with_suffix(".md").write_text(markdown(result))
+    return result
+
+
+def _write(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, out)
+
+
+def markdown(result: dict) -> str:
+    s = result["setup"]
+    runs = result["runs"]
+    lines = [f"Search responses (`mobile-search` sizes, mean 120 KB) of one user group on one shared link: "
+             f"{s['rate_mbit']:g} Mbit/s, RTT {s['rtt_ms']:g} ms (BDP {result['bdp_packets']:.0f} packets), "
+             f"{s['cc']}, Poisson arrivals for {s['duration_s']:g} s per run (responses started in the first "
+             f"{s['warmup_s']:g} s excluded), schedules (seeds) {', '.join(map(str, s['seeds']))}; client initial "
+             f"receive window {s['initrwnd']} segments. Measured {result['started_utc']} .. "
+             f"{result.get('finished_utc', '')}; emulator lateness p99 at most "
+             f"{max(r['emu_lateness_p99_us'] for r in runs):.0f} us, load average at a run's start "
+             f"{min(r['load_start'] for r in runs):.2f}-{max(r['load_start'] for r in runs):.2f}.", "",
+             "| queue (pkts) | offered load | IW | responses | mean (ms) | improvement over IW 10 (95% CI) | p95 (ms) "
+             "| server RTT (ms) | RTT change | responses retransmitting | queue drops |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result.get("paired") or paired(result):
+        imp = (f"{100 * r['improvement']:+.1f}% [{100 * r['improvement_ci'][0]:+.1f}, "
+               f"{100 * r['improvement_ci'][1]:+.1f}]" if "improvement" in r else "—")
+        rtt = f"{100 * r['rtt_change']:+.1f}%" if "rtt_change" in r else "—"
+        lines.append(f"| {r['queue_packets']} | {r['load']:g} | {r['iw']} | {r['responses']} | {r['mean_ms']:.0f} | "
+                     f"{imp} | {r['p95_ms']:.0f} | {r['srtt_ms']:.0f} | {rtt} | {100 * r['retrans_share']:.1f}% | "
+                     f"{r['queue_drops']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,159 @@
+"""Runs inside a tailor-link namespace (stdlib only): the response server or the replaying client of
+`tailor testbed shared-link`.
+
+Server: ``python3 sharedlink_flows.py serve IP PORT SECONDS OUT.json`` accepts connections for SECONDS after the
+first one (the client's own schedule bounds the rest); on each it reads one request line (the response size in
+bytes, at most ``MAX_RESPONSE``), writes that many incompressible bytes, waits for the client to close, then reads
+the socket's ``TCP_INFO``: the smoothed RTT the sender measured (SmartIW's RTT, §III) and the segments it
+retransmitted. Each connection's record is appended to OUT.jsonl as one line when it closes (the harness ends the
+server when the client exits, so nothing is left for the end).
+
+Client: ``python3 sharedlink_flows.py fetch SPEC.json`` opens one connection per scheduled response at its start
+time (``flows``: ``[start_s, bytes]``), each in its own thread, and prints one JSON line per response: the time from
+the request's send to the last byte (SmartIW's TCP response time: no handshake) and the connect time. It exits
+``LINGER_S`` after the last response, so that the server has written every record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+CHUNK = 64 * 1024
+MAX_RESPONSE = 64 * 1024 * 1024
+MAX_FLOWS = 5000
+FLOW_TIMEOUT_S = 60.0
+LINGER_S = 1.0
+# struct tcp_info (linux/tcp.h): 8 bytes of u8 fields, then u32s; tcpi_rtt is the 16th u32 (us), tcpi_total_retrans
+# the 24th.
+_TCPI_RTT, _TCPI_TOTAL_RETRANS = 8 + 4 * 15, 8 + 4 * 23
+
+
+def tcp_info(sock: socket.socket) -> tuple[int, int]:
+    """(smoothed RTT in us, total retransmitted segments) of a connected socket."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return struct.unpack_from("I", raw, _TCPI_RTT)[0], struct.unpack_from("I", raw, _TCPI_TOTAL_RETRANS)[0]
+
+
+def serve(ip: str, port: int, seconds: float, out_path: str) -> int:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((ip, port))
+    srv.listen(512)
+    srv.settimeout(60)
+    payload = os.urandom(CHUNK)
+    lock = threading.Lock()
+    sink = open(out_path, "a")
+    threads: list[threading.Thread] = []
+    deadline = None
+
+    def one(conn: socket.socket, peer) -> None:
+        rec = {"peer_port": peer[1], "error": ""}
+        conn.settimeout(FLOW_TIMEOUT_S)
+        try:
+            line = b""
+            while not line.endswith(b"\n") and len(line) < 32:
+                part = conn.recv(32 - len(line))
+                if not part:
+                    break
+                line += part
+            size = int(line.strip() or b"-1")
+            if not 0 < size <= MAX_RESPONSE:
+                raise ValueError(f"request size {size} not in (0, {MAX_RESPONSE}]")
+            rec["bytes"] = size
+            rec["cc"] = conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
+            left = size
+            while left > 0:
+                left -= conn.send(payload[:min(left, CHUNK)])
+            while conn.recv(CHUNK):  # the client closes once it has every byte: everything is acknowledged
+                pass
+            rec["srtt_us"], rec["retrans"] = tcp_info(conn)
+        except (OSError, ValueError) as e:
+            rec["error"] = str(e)[:200]
+        finally:
+            conn.close()
+        with lock:
+            sink.write(json.dumps(rec) + "\n")
+            sink.flush()
+
+    try:
+        while len(threads) < MAX_FLOWS:
+            try:
+                conn, peer = srv.accept()
+            except TimeoutError:
+                break
+            if peer[0] == ip:  # tailor-link's readiness probe (--wait-port) dials from inside this namespace
+                conn.close()
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + seconds
+            t = threading.Thread(target=one, args=(conn, peer), daemon=True)
+            t.start()
+            threads.append(t)
+            srv.settimeout(max(0.5, deadline - time.monotonic()))
+    finally:
+        srv.close()
+    for t in threads:
+        t.join(timeout=FLOW_TIMEOUT_S + 5)
+    sink.close()
+    return 0
+
+
+def fetch(spec_path: str) -> int:
+    spec = json.load(open(spec_path))
+    flows = spec["flows"][:MAX_FLOWS]
+    results: list[dict | None] = [None] * len(flows)
+    start = time.monotonic()
+
+    def run(i: int, at: float, size: int) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(FLOW_TIMEOUT_S)
+        rec = {"flow": i, "start_s": at, "bytes": size, "error": ""}
+        try:
+            t0 = time.monotonic()
+            s.connect((spec["server"], spec["port"]))
+            rec["local_port"] = s.getsockname()[1]
+            t1 = time.monotonic()
+            s.sendall(f"{size}\n".encode())
+            got = 0
+            while got < size:
+                data = s.recv(CHUNK)
+                if not data:
+                    break
+                got += len(data)
+            t2 = time.monotonic()
+            rec.update(connect_ms=1000 * (t1 - t0), response_ms=1000 * (t2 - t1), late_ms=1000 * (t0 - start - at),
+                       received=got)
+            if got != size:
+                rec["error"] = f"received {got} of {size} bytes"
+        except OSError as e:
+            rec["error"] = str(e)[:200]
+        finally:
+            s.close()
+        results[i] = rec
+
+    threads = []
+    for i, (at, size) in enumerate(flows):
+        wait = start + float(at) - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        t = threading.Thread(target=run, args=(i, float(at), int(size)), daemon=True)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(timeout=FLOW_TIMEOUT_S + 5)
+    time.sleep(LINGER_S)
+    for i, r in enumerate(results):
+        print(json.dumps(r if r is not None else {"flow": i, "error": "flow did not finish"}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        sys.exit(serve(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]))
+    sys.exit(fetch(sys.argv[2]))

@@ -1,0 +1,87 @@
+"""Shared-link experiment (SmartIW's testbed, issue 14): schedules, setup validation, summaries, one tiny real run."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tailor.errors import ParameterError
+from tailor.testbed.server import TestbedError
+from tailor.testbed.sharedlink import SharedLinkSetup, markdown, paired, schedule, search_sizes, summarize
+
+
+def test_schedule_offers_the_load_and_is_the_same_for_every_initial_window():
+    setup = SharedLinkSetup(rate_mbit=10, duration_s=600)
+    flows = schedule(setup, 0.5, seed=3)
+    offered = sum(size for _, size in flows) * 8 / setup.duration_s / 1e6
+    assert offered == pytest.approx(5.0, rel=0.1)  # half of 10 Mbit/s, within sampling error over ~3,000 responses
+    assert schedule(setup, 0.5, seed=3) == flows and schedule(setup, 0.5, seed=4) != flows
+    starts = [t for t, _ in flows]
+    assert starts == sorted(starts) and 0 < starts[0] and starts[-1] < setup.duration_s
+    assert {size for _, size in flows} <= set(search_sizes()) and len(search_sizes()) == 10
+    assert np.mean(search_sizes()) == pytest.approx(120 * 1024, rel=0.01)
+
+
+def test_setup_errors_name_the_field():
+    for kwargs, field in [({"loads": (1.2,)}, "loads"), ({"iws": (0,)}, "iws"), ({"queues": (1,)}, "queues"),
+                          ({"cc": "vegas"}, "cc"), ({"iws": (10, 200), "initrwnd": 100}, "initrwnd"),
+                          ({"duration_s": 5, "warmup_s": 4.5}, "warmup_s")]:
+        with pytest.raises(ParameterError, match=field):
+            SharedLinkSetup(**kwargs)
+    assert SharedLinkSetup(rate_mbit=10, rtt_ms=60).bdp_packets() == pytest.approx(50.0)
+
+
+def _run(setup, iw, flows, times, srtt, retrans, drops=0):
+    lines = [{"flow": i, "local_port": 1000 + i, "response_ms": t, "late_ms": 0.1, "error": ""}
+             for i, t in enumerate(times)]
+    served = [{"peer_port": 1000 + i, "cc": setup.cc, "srtt_us": srtt * 1000, "retrans": r, "error": ""}
+              for i, r in enumerate(retrans)]
+    emu = {"down": {"queue_drops": drops, "send_lateness_us": {"p99": 300}}}
+    return summarize(setup, 50, 0.5, 1, iw, flows, lines, served, 0, "", emu, {"load_start": 0.1, "started_unix": 0})
+
+
+def test_summary_joins_server_records_and_the_paired_table_reports_the_papers_improvement():
+    setup = SharedLinkSetup(duration_s=10, warmup_s=2, iws=(10, 200))
+    flows = [(1.0, 20000), (3.0, 50000), (5.0, 90000), (7.0, 120000)]
+    base = _run(setup, 10, flows, [999, 200, 300, 500], srtt=60, retrans=[0, 0, 0, 0])
+    big = _run(setup, 200, flows, [1, 100, 600, 100], srtt=90, retrans=[0, 0, 4, 0], drops=12)
+    assert base["responses"] == 3 and base["mean_ms"] == pytest.approx(1000 / 3)  # the warm-up response is left out
+    assert big["retrans_share"] == pytest.approx(1 / 3) and big["queue_drops"] == 12
+    rows = {r["iw"]: r for r in paired({"runs": [base, big]})}
+    assert rows[200]["improvement"] == pytest.approx((1000 / 3 - 800 / 3) / (1000 / 3))  # (T_10 - T_200) / T_10
+    assert rows[200]["rtt_change"] == pytest.approx(0.5) and rows[10]["improvement"] == 0.0
+    lo, hi = rows[200]["improvement_ci"]
+    assert lo <= rows[200]["improvement"] <= hi and lo < 0 < hi  # three paired responses, one of them worse
+    table = markdown({"setup": setup.__dict__, "bdp_packets": 50, "started_utc": "x", "runs": [base, big]})
+    assert "| 50 | 0.5 | 200 | 3 | 267 | +20.0%" in table
+    lines = [{"flow": i, "local_port": 1000 + i, "response_ms": 1, "late_ms": 0, "error": ""} for i in range(4)]
+    wrong_cc = [{"peer_port": 1000 + i, "cc": "bbr", "srtt_us": 1, "retrans": 0, "error": ""} for i in range(4)]
+    with pytest.raises(TestbedError, match="expected only cubic"):
+        summarize(setup, 50, 0.5, 1, 200, flows, lines, wrong_cc, 0, "", {}, {"load_start": 0, "started_unix": 0})
+    with pytest.raises(TestbedError, match="3 of 4 responses"):
+        summarize(setup, 50, 0.5, 1, 200, flows, lines[:3], wrong_cc, 0, "", {}, {"load_start": 0, "started_unix": 0})
+
+@pytest.mark.testbed
+def test_one_tiny_run_per_initial_window_over_tailor_link(tmp_path):
+    if os.geteuid() != 0 or not os.path.exists("/dev/net/tun"):
+        pytest.skip("needs root and /dev/net/tun")
+    if not (os.environ.get("TAILOR_LINK") or shutil.which("go") or os.path.exists("/usr/local/go/bin/go")):
+        pytest.skip("no tailor-link binary and no Go toolchain to build it")
+    from tailor.testbed.server import tailor_link_binary
+    from tailor.testbed.sharedlink import run_experiment
+
+    setup = SharedLinkSetup(rate_mbit=10, rtt_ms=40, duration_s=5, warmup_s=1, iws=(10, 200), loads=(0.5,),
+                            queues=(20,))
+    before = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    res = run_experiment(setup, tailor_link_binary(), tmp_path / "s.json", progress=lambda s: None)
+    small, big = sorted(res["runs"], key=lambda r: r["iw"])
+    assert small["responses"] == big["responses"] > 5
+    # a first flight of up to 45 segments (the client's first window) into a 20-packet queue overflows it
+    assert big["queue_drops"] > small["queue_drops"] and big["retrans_share"] > 0
+    assert all(r["mean_ms"] > 40 for r in res["runs"])  # at least the RTT
+    assert json.loads((tmp_path / "s.json").read_text())["paired"][1]["iw"] == 200
+    after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    assert not {n for n in after - before if n.startswith("tl-")}, after - before

@@ -10,7 +10,8 @@ import pytest
 
 from tailor.errors import ParameterError
 from tailor.testbed.server import TestbedError
-from tailor.testbed.sharedlink import SharedLinkSetup, markdown, paired, schedule, search_sizes, summarize
+from tailor.testbed.sharedlink import (SharedLinkSetup, behind_best, markdown, merge, paired, schedule, search_sizes,
+                                       summarize)
 
 
 def test_schedule_offers_the_load_and_is_the_same_for_every_initial_window():
@@ -85,3 +86,31 @@ def test_one_tiny_run_per_initial_window_over_tailor_link(tmp_path):
     assert json.loads((tmp_path / "s.json").read_text())["paired"][1]["iw"] == 200
     after = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
     assert not {n for n in after - before if n.startswith("tl-")}, after - before
+
+
+def test_merged_schedules_give_each_window_s_gap_to_the_best_per_schedule_and_pooled():
+    setup = SharedLinkSetup(duration_s=10, warmup_s=0, iws=(10, 64, 200), seeds=(1,))
+    flows = [(1.0, 20000), (3.0, 50000)]
+
+    def result(seed, times):
+        runs = []
+        for iw, t in times.items():
+            r = _run(setup, iw, flows, t, srtt=60, retrans=[0, 0])
+            r["seed"] = seed
+            runs.append(r)
+        return {"schema": "tailor.testbed-shared-link/v1", "setup": dict(setup.__dict__, seeds=[seed]),
+                "bdp_packets": 50, "started_utc": f"t{seed}", "finished_utc": f"u{seed}", "runs": runs}
+
+    a = result(1, {10: [100, 300], 64: [80, 200], 200: [90, 230]})
+    b = result(2, {10: [200, 200], 64: [150, 150], 200: [170, 170]})
+    merged = merge([a, b])
+    assert merged["setup"]["seeds"] == [1, 2] and len(merged["runs"]) == 6
+    rows = {r["iw"]: r for r in behind_best(merged)}
+    assert set(rows) == {10, 200} and rows[200]["best_iw"] == 64
+    assert rows[200]["behind"] == pytest.approx((660 - 580) / 800)  # pooled: (T_200 - T_64) / T_10
+    assert rows[200]["behind_per_seed"] == pytest.approx([40 / 400, 40 / 400]) and rows[10]["behind"] > 0.25
+    assert "| 50 | 0.5 | 64 | 200 | +10.0 [" in markdown(merged)
+    other = result(3, {10: [1, 1]})
+    other["setup"]["rtt_ms"] = 10.0
+    with pytest.raises(TestbedError, match="share the schema"):
+        merge([a, other])

@@ -54,6 +54,8 @@ def add_parser(sub) -> None:
     sl.add_argument("--seeds", default="1", help="arrival schedules (default 1)")
     sl.add_argument("--out", default="data/testbed/shared-link.json",
                     help="result JSON, resumed if it holds the same setup (a .md table is written too)")
+    sl.add_argument("--report", nargs="+", metavar="JSON", default=None,
+                    help="measure nothing: merge these results (one setup, other schedules) and print their tables")
     q = tsub.add_parser("quic", help="QUIC/HTTP-3 workload: tailor-edge --quic and tailor-fetch over the emulated link")
     q.add_argument("--plan", required=True, help="QUIC plan JSON (e.g. data/oracle/plans/tb-v2-quic.json)")
     q.add_argument("--out", default=DEFAULT_OUT + "/quic", help=f"dataset directory (default {DEFAULT_OUT}/quic)")
@@ -113,8 +115,11 @@ def _fairness(args) -> int:
 def _shared_link(args) -> int:
     from tailor.errors import ParameterError
     from tailor.testbed.server import tailor_link_binary
-    from tailor.testbed.sharedlink import SharedLinkSetup, run_experiment
+    from tailor.testbed.sharedlink import SharedLinkSetup, markdown, merge, run_experiment
 
+    if args.report:
+        print(markdown(merge([json.loads(Path(p).read_text()) for p in args.report])), end="")
+        return 0
     try:
         iws, seeds, queues = (tuple(int(v) for v in a.split(",")) for a in (args.iws, args.seeds, args.queues))
         loads = tuple(float(v) for v in args.loads.split(","))

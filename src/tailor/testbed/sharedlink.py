@@ -192,6 +192,57 @@ def paired(result: dict) -> list[dict]:
     return out
 
 
+def behind_best(result: dict) -> list[dict]:
+    """Per (queue, load): each initial window's mean response time minus the best one's, in points of IW 10's mean
+    (the improvement it gives up), with a 95% interval from a paired bootstrap over the responses of every schedule."""
+    runs, out = result["runs"], []
+    for q in sorted({r["queue_packets"] for r in runs}):
+        for load in sorted({r["load"] for r in runs}):
+            cell = [r for r in runs if r["queue_packets"] == q and r["load"] == load]
+            seeds = sorted({r["seed"] for r in cell})
+            by = {(r["seed"], r["iw"]): np.asarray(r["response_ms"]) for r in cell}
+            iws = sorted(iw for iw in {r["iw"] for r in cell} if all((s, iw) in by for s in seeds))
+            if 10 not in iws or len(iws) < 2:
+                continue
+            t = {iw: np.concatenate([by[(s, iw)] for s in seeds]) for iw in iws}
+            best = min(iws, key=lambda iw: t[iw].mean())
+            idx = np.random.default_rng(0).integers(0, t[10].size, size=(2000, t[10].size))
+            for iw in iws:
+                if iw == best:
+                    continue
+                gap = (t[iw].mean() - t[best].mean()) / t[10].mean()
+                boot = (t[iw][idx].mean(axis=1) - t[best][idx].mean(axis=1)) / t[10][idx].mean(axis=1)
+                per = [(by[(s, iw)].mean() - by[(s, best)].mean()) / by[(s, 10)].mean() for s in seeds]
+                out.append({"queue_packets": q, "load": load, "iw": iw, "best_iw": best, "seeds": seeds,
+                            "responses": int(t[10].size), "behind": float(gap),
+                            "behind_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+                            "behind_per_seed": [float(v) for v in per]})
+    return out
+
+
+def merge(results: list[dict]) -> dict:
+    """Several results of one setup but their schedules (seeds) as one, for :func:`markdown`."""
+    first = results[0]
+    key = lambda r: {k: v for k, v in r["setup"].items() if k not in ("seeds", "loads", "queues")}  # noqa: E731
+    for r in results:
+        if r.get("schema") != SCHEMA or key(r) != key(first):
+            raise TestbedError("shared-link results to merge must share the schema and the setup but for seeds, "
+                               f"loads and queues; {r.get('setup')} differs from {first['setup']}")
+    seen, runs = set(), []
+    for r in results:
+        for run in r["runs"]:
+            k = (run["queue_packets"], run["load"], run["seed"], run["iw"])
+            if k not in seen:
+                seen.add(k)
+                runs.append(run)
+    setup = dict(first["setup"], seeds=sorted({r["seed"] for r in runs}))
+    merged = {"schema": SCHEMA, "setup": setup, "bdp_packets": first["bdp_packets"],
+              "started_utc": min(r["started_utc"] for r in results),
+              "finished_utc": max(r.get("finished_utc", "") for r in results), "runs": runs}
+    merged["paired"] = paired(merged)
+    return merged
+
+
 def run_experiment(setup: SharedLinkSetup, tl_bin: str, out: Path | None = None, progress=print) -> dict:
     """Every (queue, load, seed, initial window) run in turn, written after each run (a rerun with the same ``out``
     skips the runs already there)."""
@@ -251,6 +302,17 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['queue_packets']} | {r['load']:g} | {r['iw']} | {r['responses']} | {r['mean_ms']:.0f} | "
                      f"{imp} | {r['p95_ms']:.0f} | {r['srtt_ms']:.0f} | {rtt} | {100 * r['retrans_share']:.1f}% | "
                      f"{r['queue_drops']} |")
+    rows = behind_best(result)
+    if rows:
+        lines += ["", "Behind the best initial window of its (queue, load): mean response time minus the best's, in "
+                  "points of IW 10's mean (paired bootstrap 95% interval over every schedule's responses; then per "
+                  "schedule):", "", "| queue (pkts) | offered load | best IW | IW | behind (points) | per schedule |",
+                  "|---|---|---|---|---|---|"]
+        for r in rows:
+            per = " / ".join(f"{100 * v:+.1f}" for v in r["behind_per_seed"])
+            lines.append(f"| {r['queue_packets']} | {r['load']:g} | {r['best_iw']} | {r['iw']} | "
+                         f"{100 * r['behind']:+.1f} [{100 * r['behind_ci'][0]:+.1f}, {100 * r['behind_ci'][1]:+.1f}] | "
+                         f"{per} |")
     return "\n".join(lines) + "\n"
 
 

@@ -114,3 +114,25 @@ def test_merged_schedules_give_each_window_s_gap_to_the_best_per_schedule_and_po
     other["setup"]["rtt_ms"] = 10.0
     with pytest.raises(TestbedError, match="share the schema"):
         merge([a, other])
+
+
+@pytest.mark.testbed
+def test_a_response_within_the_initial_window_arrives_in_one_round_trip(tmp_path):
+    """IW 200 with the client's raised receive window on an idle fast link: every response of at most 150 segments
+    takes one round trip plus its serialisation (catches a receive window that caps the first flight and a server
+    whose writes let Nagle's rule hold a response's last segment for a round trip)."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/net/tun"):
+        pytest.skip("needs root and /dev/net/tun")
+    if not (os.environ.get("TAILOR_LINK") or shutil.which("go") or os.path.exists("/usr/local/go/bin/go")):
+        pytest.skip("no tailor-link binary and no Go toolchain to build it")
+    from tailor.testbed.server import tailor_link_binary
+    from tailor.testbed.sharedlink import run_one, schedule
+
+    setup = SharedLinkSetup(rate_mbit=100, rtt_ms=40, duration_s=6, warmup_s=0, iws=(200,), loads=(0.02,),
+                            queues=(1000,))
+    r = run_one(setup, 1000, 0.02, 1, 200, tailor_link_binary())
+    sizes = [size for _, size in schedule(setup, 0.02, 1)]
+    small = [(t, size) for t, size in zip(r["response_ms"], sizes) if size <= 150 * 1448]
+    assert len(small) >= 3
+    for t, size in small:
+        assert t < 1.25 * setup.rtt_ms + size * 8 / 100e3 + 5, (t, size)  # two round trips: 80 ms + serialisation

@@ -104,12 +104,8 @@ def run_mix(setup: FairnessSetup, mix: float, buffer_bdp: float, tl_bin: str) ->
         client = f"{sys.executable} {fairness_flows.__file__} recv {spec}"
         q = setup.queue_packets(buffer_bdp)
         timeout = setup.duration_s + 60
-        cmd = [tl_bin, "run", "--delay", f"{setup.rtt_ms / 2:g}", "--down-rate-mbit", f"{setup.rate_mbit:g}",
-               "--up-rate-mbit", f"{setup.rate_mbit:g}", "--down-queue-packets", str(q),
-               "--up-queue-packets", str(max(q, 64)), "--seed", str(setup.seed),
-               "--route-opts", f"initcwnd {setup.default_iw} congctl {setup.default_cc}",
-               "--stats", str(stats), "--timeout", f"{int(timeout)}s", "--wait-port", str(PORT),
-               "--server-cmd", server, "--client-cmd", client]
+        cmd = bottleneck_cmd(tl_bin, setup.rtt_ms, setup.rate_mbit, q, setup.seed,
+                             f"initcwnd {setup.default_iw} congctl {setup.default_cc}", stats, timeout, server, client)
         lines: list[dict] = []
         run = {"started_unix": time.time(), "load_start": os.getloadavg()[0]}
         rc, stderr = _stream(cmd, timeout + 30, lines.append, run)
@@ -120,6 +116,17 @@ def run_mix(setup: FairnessSetup, mix: float, buffer_bdp: float, tl_bin: str) ->
             time.sleep(0.1)
         lines += [{"sender": s} for s in (json.loads(senders.read_text()) if senders.exists() else [])]
     return summarize(setup, mix, buffer_bdp, q, lines, rc, stderr, emu, run)
+
+
+def bottleneck_cmd(tl_bin: str, rtt_ms: float, rate_mbit: float, queue: int, seed: int, route_opts: str,
+                   stats: Path, timeout_s: float, server: str, client: str) -> list[str]:
+    """``tailor-link run`` over one fixed-rate bottleneck, both ways: a drop-tail down queue of ``queue`` packets
+    (the up queue at least 64, for the ACKs), the server on ``PORT``, ``route_opts`` on the server's route."""
+    return [tl_bin, "run", "--delay", f"{rtt_ms / 2:g}", "--down-rate-mbit", f"{rate_mbit:g}",
+            "--up-rate-mbit", f"{rate_mbit:g}", "--down-queue-packets", str(queue),
+            "--up-queue-packets", str(max(queue, 64)), "--seed", str(seed), "--route-opts", route_opts,
+            "--stats", str(stats), "--timeout", f"{int(timeout_s)}s", "--wait-port", str(PORT),
+            "--server-cmd", server, "--client-cmd", client]
 
 
 def summarize(setup: FairnessSetup, mix: float, buffer_bdp: float, q: int, lines: list[dict], rc: int,

@@ -35,10 +35,10 @@ import numpy as np
 
 from tailor.errors import check
 from tailor.testbed import sharedlink_flows
+from tailor.testbed.fairness import PORT, bottleneck_cmd
 from tailor.testbed.runner import _stream
 from tailor.testbed.server import SERVER_IP, TestbedError
 
-PORT = 9000
 MTU = 1500
 SCHEMA = "tailor.testbed-shared-link/v1"
 
@@ -114,12 +114,8 @@ def run_one(setup: SharedLinkSetup, queue: int, load: float, seed: int, iw: int,
                   f"ip route replace $TL_SERVER_IP dev tl-c src $TL_CLIENT_IP initrwnd {setup.initrwnd} && "
                   f"exec {sys.executable} {script} fetch {spec}")
         timeout = setup.duration_s + sharedlink_flows.FLOW_TIMEOUT_S + 30
-        cmd = [tl_bin, "run", "--delay", f"{setup.rtt_ms / 2:g}", "--down-rate-mbit", f"{setup.rate_mbit:g}",
-               "--up-rate-mbit", f"{setup.rate_mbit:g}", "--down-queue-packets", str(queue),
-               "--up-queue-packets", str(max(queue, 64)), "--seed", str(seed),
-               "--route-opts", f"initcwnd {iw} congctl {setup.cc}",
-               "--stats", str(stats), "--timeout", f"{int(timeout)}s", "--wait-port", str(PORT),
-               "--server-cmd", server, "--client-cmd", client]
+        cmd = bottleneck_cmd(tl_bin, setup.rtt_ms, setup.rate_mbit, queue, seed, f"initcwnd {iw} congctl {setup.cc}",
+                             stats, timeout, server, client)
         lines: list[dict] = []
         run = {"started_unix": time.time(), "load_start": os.getloadavg()[0]}
         rc, stderr = _stream(cmd, timeout + 30, lines.append, run)
@@ -160,61 +156,65 @@ def summarize(setup: SharedLinkSetup, queue: int, load: float, seed: int, iw: in
             "wall_s": time.time() - run["started_unix"]}
 
 
+def _cells(runs: list[dict]):
+    """The runs grouped by (queue, load), in order: (queue, load, runs)."""
+    for q in sorted({r["queue_packets"] for r in runs}):
+        for load in sorted({r["load"] for r in runs}):
+            cell = [r for r in runs if r["queue_packets"] == q and r["load"] == load]
+            if cell:
+                yield q, load, cell
+
+
 def paired(result: dict) -> list[dict]:
     """Per (queue, load) and initial window: the mean response time over the schedules and its improvement over IW
     10 (the paper's (T_10 - T_iw) / T_10 of the average), the server RTT's change, and the per-response paired
     difference's mean with a 95% interval from a bootstrap over the schedules' responses."""
-    runs = result["runs"]
     out = []
-    for q in sorted({r["queue_packets"] for r in runs}):
-        for load in sorted({r["load"] for r in runs}):
-            cell = [r for r in runs if r["queue_packets"] == q and r["load"] == load]
-            base = {r["seed"]: r for r in cell if r["iw"] == 10}
-            for iw in sorted({r["iw"] for r in cell}):
-                rs = [r for r in cell if r["iw"] == iw]
-                t = np.concatenate([r["response_ms"] for r in rs])
-                row = {"queue_packets": q, "load": load, "iw": iw, "responses": int(t.size),
-                       "mean_ms": float(t.mean()), "p95_ms": float(np.percentile(t, 95)),
-                       "srtt_ms": float(np.mean([r["srtt_ms"] for r in rs])),
-                       "retrans_share": float(np.mean([r["retrans_share"] for r in rs])),
-                       "queue_drops": int(sum(r["queue_drops"] for r in rs))}
-                if base and all(r["seed"] in base for r in rs):
-                    b = np.concatenate([base[r["seed"]]["response_ms"] for r in rs])
-                    row["improvement"] = float((b.mean() - t.mean()) / b.mean())
-                    row["rtt_change"] = float(row["srtt_ms"] / np.mean([base[r["seed"]]["srtt_ms"] for r in rs]) - 1)
-                    rng = np.random.default_rng(0)
-                    idx = rng.integers(0, t.size, size=(2000, t.size))
-                    boot = (b[idx].mean(axis=1) - t[idx].mean(axis=1)) / b[idx].mean(axis=1)
-                    row["improvement_ci"] = [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
-                out.append(row)
+    for q, load, cell in _cells(result["runs"]):
+        base = {r["seed"]: r for r in cell if r["iw"] == 10}
+        for iw in sorted({r["iw"] for r in cell}):
+            rs = [r for r in cell if r["iw"] == iw]
+            t = np.concatenate([r["response_ms"] for r in rs])
+            row = {"queue_packets": q, "load": load, "iw": iw, "responses": int(t.size),
+                   "mean_ms": float(t.mean()), "p95_ms": float(np.percentile(t, 95)),
+                   "srtt_ms": float(np.mean([r["srtt_ms"] for r in rs])),
+                   "retrans_share": float(np.mean([r["retrans_share"] for r in rs])),
+                   "queue_drops": int(sum(r["queue_drops"] for r in rs))}
+            if base and all(r["seed"] in base for r in rs):
+                b = np.concatenate([base[r["seed"]]["response_ms"] for r in rs])
+                row["improvement"] = float((b.mean() - t.mean()) / b.mean())
+                row["rtt_change"] = float(row["srtt_ms"] / np.mean([base[r["seed"]]["srtt_ms"] for r in rs]) - 1)
+                rng = np.random.default_rng(0)
+                idx = rng.integers(0, t.size, size=(2000, t.size))
+                boot = (b[idx].mean(axis=1) - t[idx].mean(axis=1)) / b[idx].mean(axis=1)
+                row["improvement_ci"] = [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
+            out.append(row)
     return out
 
 
 def behind_best(result: dict) -> list[dict]:
     """Per (queue, load): each initial window's mean response time minus the best one's, in points of IW 10's mean
     (the improvement it gives up), with a 95% interval from a paired bootstrap over the responses of every schedule."""
-    runs, out = result["runs"], []
-    for q in sorted({r["queue_packets"] for r in runs}):
-        for load in sorted({r["load"] for r in runs}):
-            cell = [r for r in runs if r["queue_packets"] == q and r["load"] == load]
-            seeds = sorted({r["seed"] for r in cell})
-            by = {(r["seed"], r["iw"]): np.asarray(r["response_ms"]) for r in cell}
-            iws = sorted(iw for iw in {r["iw"] for r in cell} if all((s, iw) in by for s in seeds))
-            if 10 not in iws or len(iws) < 2:
+    out = []
+    for q, load, cell in _cells(result["runs"]):
+        seeds = sorted({r["seed"] for r in cell})
+        by = {(r["seed"], r["iw"]): np.asarray(r["response_ms"]) for r in cell}
+        iws = sorted(iw for iw in {r["iw"] for r in cell} if all((s, iw) in by for s in seeds))
+        if 10 not in iws or len(iws) < 2:
+            continue
+        t = {iw: np.concatenate([by[(s, iw)] for s in seeds]) for iw in iws}
+        best = min(iws, key=lambda iw: t[iw].mean())
+        idx = np.random.default_rng(0).integers(0, t[10].size, size=(2000, t[10].size))
+        for iw in iws:
+            if iw == best:
                 continue
-            t = {iw: np.concatenate([by[(s, iw)] for s in seeds]) for iw in iws}
-            best = min(iws, key=lambda iw: t[iw].mean())
-            idx = np.random.default_rng(0).integers(0, t[10].size, size=(2000, t[10].size))
-            for iw in iws:
-                if iw == best:
-                    continue
-                gap = (t[iw].mean() - t[best].mean()) / t[10].mean()
-                boot = (t[iw][idx].mean(axis=1) - t[best][idx].mean(axis=1)) / t[10][idx].mean(axis=1)
-                per = [(by[(s, iw)].mean() - by[(s, best)].mean()) / by[(s, 10)].mean() for s in seeds]
-                out.append({"queue_packets": q, "load": load, "iw": iw, "best_iw": best, "seeds": seeds,
-                            "responses": int(t[10].size), "behind": float(gap),
-                            "behind_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
-                            "behind_per_seed": [float(v) for v in per]})
+            gap = (t[iw].mean() - t[best].mean()) / t[10].mean()
+            boot = (t[iw][idx].mean(axis=1) - t[best][idx].mean(axis=1)) / t[10][idx].mean(axis=1)
+            per = [(by[(s, iw)].mean() - by[(s, best)].mean()) / by[(s, 10)].mean() for s in seeds]
+            out.append({"queue_packets": q, "load": load, "iw": iw, "best_iw": best, "seeds": seeds,
+                        "responses": int(t[10].size), "behind": float(gap),
+                        "behind_ci": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+                        "behind_per_seed": [float(v) for v in per]})
     return out
 
 

@@ -3,9 +3,9 @@
 Usage::
 
     PYTHONPATH=src .venv/bin/python bench/smartiw_seeds.py --scenario mobile-search-day --seeds 0,1,2,3,4 \
-        [--json bench/results/smartiw_seeds_day.json]
+        [--oracle model-tailprobe] [--json bench/results/smartiw_seeds_day.json]
 
-Per seed: ``tailor evaluate --scenario S --space iw-only --oracle model --policies
+Per seed: ``tailor evaluate --scenario S --space iw-only --oracle model (or model-tailprobe) --policies
 default,tcp-200,smartiw-nogroup,smartiw,optimal --seed K`` (the same world and policies, through
 :func:`tailor.eval.run.evaluate`) and the report's Fig. 12 figures (``tailor.eval.figures_smartiw``: average
 response-time improvement over IW 10 = 1 - mean time / mean time at IW 10, reward, goodput, RTT degradation). Then
@@ -34,10 +34,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", default="mobile-search-day")
     ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--oracle", choices=("model", "model-tailprobe"), default="model",
+                    help="model-tailprobe: a first flight's lone lost tail waits for the probe and the RTO (MODEL.md 6f)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     started = time.perf_counter()
-    oracle = select_oracle("model", "iw-only")
+    oracle = select_oracle(args.oracle, "iw-only")
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
         scn = load_scenario(args.scenario, seed=seed, websites=sorted(oracle.websites))

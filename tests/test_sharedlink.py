@@ -10,8 +10,8 @@ import pytest
 
 from tailor.errors import ParameterError
 from tailor.testbed.server import TestbedError
-from tailor.testbed.sharedlink import (SharedLinkSetup, behind_best, markdown, merge, paired, schedule, search_sizes,
-                                       summarize)
+from tailor.testbed.sharedlink import (LONE_GAP_S, SharedLinkSetup, behind_best, markdown, merge, paired, schedule,
+                                       search_sizes, summarize)
 
 
 def test_schedule_offers_the_load_and_is_the_same_for_every_initial_window():
@@ -33,6 +33,21 @@ def test_setup_errors_name_the_field():
         with pytest.raises(ParameterError, match=field):
             SharedLinkSetup(**kwargs)
     assert SharedLinkSetup(rate_mbit=10, rtt_ms=60).bdp_packets() == pytest.approx(50.0)
+
+
+def test_lone_responses_are_sent_one_at_a_time_and_tabled_per_size():
+    setup = SharedLinkSetup(iws=(64, 200), queues=(50,), lone=(20, 52, 199), duration_s=1 + 3 * LONE_GAP_S, warmup_s=1)
+    flows = schedule(setup, 0.05, seed=1)
+    assert flows == [(1.0, 20 * 1448), (1.0 + LONE_GAP_S, 52 * 1448), (1.0 + 2 * LONE_GAP_S, 199 * 1448)]
+    assert schedule(setup, 0.6, seed=7) == flows  # load and seed only label a lone run
+    with pytest.raises(ParameterError, match="lone"):
+        SharedLinkSetup(lone=(0,))
+    with pytest.raises(ParameterError, match="duration_s"):
+        SharedLinkSetup(lone=tuple(range(1, 30)), duration_s=30)
+    runs = [_run(setup, iw, flows, times, srtt=60, retrans=r) for iw, times, r in
+            ((64, [85, 110, 300], [0, 0, 0]), (200, [85, 521, 943], [0, 1, 148]))]
+    table = markdown({"setup": setup.__dict__, "bdp_packets": 50, "started_utc": "x", "runs": runs})
+    assert "Lone responses (3 sizes" in table and "| 199 | 300 / 0 / ? | 943 / 148 / ? |" in table
 
 
 def _run(setup, iw, flows, times, srtt, retrans, drops=0):

@@ -388,10 +388,13 @@ def _anchor_space(anchors: pd.DataFrame) -> ConfigSpace:
     return ConfigSpace(grid, name="measured-anchors")
 
 
-def _model_ms(site: Website, bw, rtt, loss, q, space: ConfigSpace, pages: str = "levels") -> np.ndarray:
+def _model_ms(site: Website, bw, rtt, loss, q, space: ConfigSpace, pages: str = "levels",
+              tails: str = "sack") -> np.ndarray:
+    from functools import partial
+
     from tailor.oracle import model, timeline
 
-    load_ms = timeline.load_ms if pages == "timeline" else model.load_ms
+    load_ms = timeline.load_ms if pages == "timeline" else partial(model.load_ms, tails=tails)
     stack, h2 = model._stack(space)
     col = lambda a: np.asarray(a, dtype=float)[:, None]  # noqa: E731
     out = np.empty((len(bw), len(space)))

@@ -18,6 +18,7 @@ references and calibration: ``tailor/oracle/MODEL.md``.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 
@@ -80,14 +81,19 @@ class ModelOracle(Oracle):
     kind = "model"
 
     def __init__(self, grid: ConditionGrid = DEFAULT_GRID, websites: dict[str, Website] | None = None,
-                 pages: str = "levels"):
+                 pages: str = "levels", tails: str = "sack"):
         """``pages``: ``levels`` (v2's discovery levels, the default) or ``timeline`` (``tailor.oracle.timeline``:
         per-object discovery, Chromium's connection pool, HTTP/2 multiplexing, first flights sharing the buffer,
-        whole slow-start rounds; MODEL.md section 3a). Objects are the same in both."""
+        whole slow-start rounds; MODEL.md section 3a). Objects are the same in both. ``tails``: ``sack`` (v6, the
+        default) or ``probe``: a response wholly inside its first flight that loses the flight's tail waits for the
+        tail-loss probe and the RTO (``tcp.burst_loss_ms``; MODEL.md 6f); with the levels' pages only."""
         if pages not in PAGE_MODELS:
             raise OracleError(f"The 'pages' parameter of ModelOracle must be one of {PAGE_MODELS}. Got {pages!r}.")
-        self.grid, self.pages = grid, pages
-        self.name = VERSION if pages == "levels" else f"{VERSION}+timeline"
+        if tails not in tcp.TAILS or (tails != "sack" and pages != "levels"):
+            raise OracleError(f"The 'tails' parameter of ModelOracle must be one of {tcp.TAILS} ('probe' with the "
+                              f"levels' pages only). Got {tails!r} with pages {pages!r}.")
+        self.grid, self.pages, self.tails = grid, pages, tails
+        self.name = (VERSION if pages == "levels" else f"{VERSION}+timeline") + ("+tailprobe" if tails == "probe" else "")
         self.websites = dict({**default_catalog(), **search_catalog()} if websites is None else websites)
 
     def mode_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
@@ -95,7 +101,7 @@ class ModelOracle(Oracle):
             from tailor.oracle.timeline import load_ms as timeline_ms
 
             return self._per_http(timeline_ms, cells, website, space)
-        return self._per_http(load_ms, cells, website, space)
+        return self._per_http(partial(load_ms, tails=self.tails), cells, website, space)
 
     def srtt_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
         """Mean RTT the server measures over the workload's responses (queueing its own flights build)."""
@@ -120,7 +126,7 @@ class ModelOracle(Oracle):
     def describe(self) -> dict:
         g = self.grid
         return {
-            "name": self.name, "kind": self.kind, "version": VERSION, "pages": self.pages,
+            "name": self.name, "kind": self.kind, "version": VERSION, "pages": self.pages, "tails": self.tails,
             "basis": "Cardwell-Savage-Anderson latency model (handshake, slow start, first loss by fast "
                      "retransmit or PFTK timeout) + steady state by CC response (Reno: PFTK; CUBIC: RFC 8312 "
                      "sec. 5; BBR: rate x (1-p)); HTTP/1.1 6 conns/origin serial, HTTP/2 1 conn/origin "
@@ -168,14 +174,15 @@ def _window_cap(sndbuf: np.ndarray, clamp: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(both), both, 0.0)
 
 
-def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool) -> np.ndarray:
-    """Completion time of a whole workload for one HTTP version: levels in sequence, plus client time."""
+def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool, tails: str = "sack") -> np.ndarray:
+    """Completion time of a whole workload for one HTTP version: levels in sequence, plus client time.
+    ``tails``: how a lost first-flight tail is found (``tcp.burst_loss_ms``; MODEL.md 6f)."""
     path = _Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)  # bottleneck in segments per ms
     delivered: dict[tuple, list[float]] = defaultdict(list)  # per (origin, anonymous): segments per open conn
     total = np.zeros(np.broadcast_shapes(bw.shape, stack.iw.shape))
     for level in sorted({o.level for o in site.objects}):
         plan = _plan_level(site, level, delivered, h2)
-        total = total + _level_ms(plan, path, stack, site.metric)
+        total = total + _level_ms(plan, path, stack, site.metric, tails)
     if site.kind == "page":
         total = total + CLIENT_BASE_MS + CLIENT_PER_OBJECT_MS * len(site.objects)
     return total
@@ -233,7 +240,7 @@ def _spread(segs: list[float], n: int) -> list[list[float]]:
     return sorted(queues, key=sum, reverse=True)
 
 
-def _level_ms(plan: list[tuple], path: _Path, stack: tcp.Stack, metric: str = "load") -> np.ndarray:
+def _level_ms(plan: list[tuple], path: _Path, stack: tcp.Stack, metric: str = "load", tails: str = "sack") -> np.ndarray:
     """A level ends when its slowest connection does; connections share rate by bytes, room equally.
 
     A "response" workload (SmartIW's TCP response time) pays no handshake, and its first flight is not held to
@@ -244,7 +251,7 @@ def _level_ms(plan: list[tuple], path: _Path, stack: tcp.Stack, metric: str = "l
     worst = None
     for queue, before, cold in plan:
         share = _share(path, stack, sum(queue) / level_segs, 1.0 / n)
-        t = _connection_ms(queue, before, cold and metric == "load", share, stack, _rwnd(metric))
+        t = _connection_ms(queue, before, cold and metric == "load", share, stack, _rwnd(metric), tails)
         worst = t if worst is None else np.maximum(worst, t)
     return worst
 
@@ -284,14 +291,14 @@ def _share(path: _Path, stack: tcp.Stack, byte_share: float, conn_share: float) 
 
 
 def _connection_ms(queue: list[float], before: float, cold: bool, share: tcp.Share, stack: tcp.Stack,
-                   rwnd: float = CLIENT_RWND_SEGMENTS):
+                   rwnd: float = CLIENT_RWND_SEGMENTS, tails: str = "sack"):
     """Handshake if new, then the responses one after another, the window growing across them."""
     t = tcp.handshake_ms(share.rtt, share.p, stack) if cold else 0.0
     iw = _first_window(stack, rwnd)
     done = before
     for d in queue:
         w0 = iw if done == 0 else tcp.warm_window(iw, done, share, stack)
-        t = t + tcp.transfer_ms(d, w0, share, stack, w_ss=iw + done)
+        t = t + tcp.transfer_ms(d, w0, share, stack, w_ss=iw + done, tails=tails)
         done += d
     return t + tcp.overshoot_ms(before, done - before, iw, share, stack)
 

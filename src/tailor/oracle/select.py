@@ -17,7 +17,7 @@ from __future__ import annotations
 from tailor.errors import OracleError
 from tailor.oracle.base import Oracle
 
-ORACLES = ("auto", "model", "model-timeline", "measured", "measured-quic")
+ORACLES = ("auto", "model", "model-timeline", "model-tailprobe", "measured", "measured-quic")
 QUIC_KNOBS = ("http.alt_svc", "quic.")  # a space tuning these is answered by the QUIC dataset only
 
 
@@ -28,7 +28,9 @@ def default_oracle() -> Oracle:
 
 def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
     """``model``: ModelOracle; ``model-timeline``: ModelOracle with the page timeline (``pages="timeline"``, not yet
-    the default: every figure of the README was measured on the levels); ``measured``: MeasuredOracle (OracleError
+    the default: every figure of the README was measured on the levels); ``model-tailprobe``: ModelOracle with a
+    first flight's lone lost tail found by the tail-loss probe and the RTO (``tails="probe"``, MODEL.md 6f, not the
+    default); ``measured``: MeasuredOracle (OracleError
     without a dataset); ``measured-quic``: QuicOracle (``tailor.oracle.quic``), also what ``auto`` picks for a space that tunes HTTP/3 or QUIC knobs;
     ``auto``: see module."""
     if name not in ORACLES:
@@ -39,6 +41,8 @@ def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
         return _with_validation(ModelOracle(), "model", "asked for (--oracle model)")
     if name == "model-timeline":
         return _with_validation(ModelOracle(pages="timeline"), "model-timeline", "asked for (--oracle model-timeline)")
+    if name == "model-tailprobe":
+        return _with_validation(ModelOracle(tails="probe"), "model-tailprobe", "asked for (--oracle model-tailprobe)")
     if name == "measured":
         return _with_validation(_measured(), "measured", "asked for (--oracle measured)")
     if name == "measured-quic" or _tunes_quic(space):

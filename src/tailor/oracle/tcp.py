@@ -174,7 +174,22 @@ def hystart_exit(w0, sh: Share, stack: Stack):
     return w_exit, np.where(cubic, train * fits, 0.0)
 
 
-def burst_loss_ms(d, w0, sh: Share, bbr):
+TAILS = ("sack", "probe")  # how a lost first-flight tail is found when no later segment reveals it (MODEL.md 6f)
+
+
+def lone_tail_ms(lost, rtt, srtt, rto_min, rto: bool = True):
+    """What a lost tail that no later segment reveals adds to a response (MODEL.md 3a, 6f): a tail-loss probe after
+    2 srtt repairs one segment (rtt + 2 srtt); ``rto``: a tail of several waits for the retransmission timeout as
+    well (srtt + max(RTO min, srtt)), then a slow start from one segment, log2(1 + lost) rounds."""
+    tlp = rtt + 2 * srtt
+    out = np.minimum(lost, 1.0) * tlp
+    if rto:
+        late = rto_ms(srtt, rto_min) + np.log2(1.0 + lost) * rtt
+        out = out + np.clip(lost - 1.0, 0.0, 1.0) * np.maximum(late - tlp, 0.0)
+    return out
+
+
+def burst_loss_ms(d, w0, sh: Share, stack: Stack, tails: str = "sack"):
     """Initial burst larger than what absorbs it (``sh.flight``, else ``sh.room``): the excess, the flight's
     tail, is dropped (MODEL.md section 2).
 
@@ -185,15 +200,28 @@ def burst_loss_ms(d, w0, sh: Share, bbr):
     (``window_limited_ms``): nothing where the link is still busy with the rest of the response then (the
     testbed's kernel counters: IW 64, first flight 45 segments, into 20- to 37-packet queues retransmits 10-26
     segments; at 1.6 Mbit/s it is still faster than IW 32, at 13 Mbit/s 1.15x slower).
+
+    ``tails="probe"`` (MODEL.md 6f; not the default): a response wholly inside its first flight has no later
+    segment to reveal its lost tail, which waits for the tail-loss probe and, beyond one segment, the RTO
+    (``lone_tail_ms``, srtt with the full buffer: rtt (1 + q)), as the page timeline charges it. Measured on the
+    kernel (``tailor testbed shared-link --lone``): a 54-segment response at IW 64 into a one-BDP queue, 3 segments
+    lost, takes 537 ms where ``sack`` gives 184.
     """
+    if tails not in TAILS:
+        raise ValueError(f"The 'tails' parameter of burst_loss_ms must be one of {TAILS}. Got {tails!r}.")
+    bbr = stack.bbr
     burst = np.minimum(w0, d)
     room = (sh.room if sh.flight is None else sh.flight) + np.where(bbr, sh.pipe / BBR_STARTUP_GAIN, 0.0)
     lost = np.maximum(burst - room, 0.0)
     if not np.any(lost > 0):  # most cells: the flight fits, and the lossless time need not be computed
         return np.zeros(np.broadcast_shapes(np.shape(lost), np.shape(sh.rtt)))
     goodput = sh.rate * (1 - sh.p)
-    late = 3 * sh.rtt + lost / goodput - window_limited_ms(d, w0, goodput, sh.rtt)
-    return np.where(lost > 0, np.maximum(late, 0.0), 0.0)
+    late = np.maximum(3 * sh.rtt + lost / goodput - window_limited_ms(d, w0, goodput, sh.rtt), 0.0)
+    if tails == "probe":
+        lone = lone_tail_ms(lost, sh.rtt, sh.rtt * (1 + sh.q), stack.rto_min)
+        inside = d <= burst + 1.0  # wholly inside its flight: no later segment
+        late = np.where(inside, lone, late) if sh.flight is not None else late
+    return np.where(lost > 0, late, 0.0)
 
 
 def overshoot_ms(before, d, iw, sh: Share, stack: Stack, recovery=None):
@@ -275,7 +303,8 @@ def ca_transient_ms(rest, w_loss, sh: Share, stack: Stack, goodput):
     return (t + np.maximum(left, 0.0) / steady).reshape(shape)
 
 
-def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, burst: bool = True):
+def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, burst: bool = True,
+                tails: str = "sack"):
     """Request to last byte of d segments on an open connection whose window is w0 (Cardwell-style).
 
     Loss-based CC: slow start ends at the first of Cardwell's expected first random loss and the overflow of
@@ -289,7 +318,8 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, 
     its rate on random loss: it delivers rate * (1 - p), pays the same first-loss recovery, and later losses that
     no SACK reveals cost a tail-loss probe (2 RTT, RFC 8985) with probability Q(cwnd). ``whole``: slow start in
     whole rounds (``window_limited_ms``); ``burst`` False: no first-flight loss from the connection's own share of
-    the path (the page timeline charges first flights against the buffer they share, ``tailor.oracle.timeline``).
+    the path (the page timeline charges first flights against the buffer they share, ``tailor.oracle.timeline``);
+    ``tails``: how a lost first-flight tail is found (``burst_loss_ms``).
     """
     p, rtt = sh.p, sh.rtt
     w_ss = np.minimum(w0 if w_ss is None else w_ss, d)  # in flight: no more than the response
@@ -324,7 +354,7 @@ def transfer_ms(d, w0, sh: Share, stack: Stack, w_ss=None, whole: bool = False, 
         lossless_hs = window_limited_ms(d_hs, w0, goodput, rtt, whole)
         ca = ca + hs * (ca_hs - ca)
         lossless = lossless + hs * (lossless_hs - lossless)
-    extra = (burst_loss_ms(d, w0, sh, stack.bbr) if burst else 0.0) + pacing_ms(d, w0, sh, stack.bbr)
+    extra = (burst_loss_ms(d, w0, sh, stack, tails) if burst else 0.0) + pacing_ms(d, w0, sh, stack.bbr)
     return lossless + first + later + ca + extra
 
 

@@ -142,13 +142,11 @@ def _shared_loss_ms(start, d, w0, flights, path, stack, burst=None, *, pipe=Fals
     room = path.buffer + 1.0 + drain + (path.bdp if pipe else 0.0)
     lost = burst * np.maximum(total - room, 0.0) / np.maximum(total, 1e-9)
     srtt = path.rtt + path.buffer / path.rate
-    tail, tlp = d <= burst + 1.0, path.rtt + 2 * srtt  # a response wholly inside its flight: no later segment
+    tail = d <= burst + 1.0  # a response wholly inside its flight: no later segment
     flights.append((start, burst))
-    out = np.minimum(lost, 1.0) * np.where(tail, tlp, path.rtt)
-    if tailrto:  # a tail of several lost segments: the probe repairs one, the RTO the rest, then slow start from 1
-        rto = tcp.rto_ms(srtt, stack.rto_min) + np.log2(1.0 + lost) * path.rtt
-        out = out + np.where(tail, np.clip(lost - 1.0, 0.0, 1.0) * np.maximum(rto - tlp, 0.0), 0.0)
-    return out
+    # tailrto: a tail of several lost segments: the probe repairs one, the RTO the rest, then slow start from 1
+    return np.where(tail, tcp.lone_tail_ms(lost, path.rtt, srtt, stack.rto_min, tailrto),
+                    np.minimum(lost, 1.0) * path.rtt)
 
 
 def _pass(page: _Page, path, stack, h2, opts, shares):

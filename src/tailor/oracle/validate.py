@@ -50,6 +50,7 @@ from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, OBJECT_DATASET, PAGE_
 
 ORACLES = ("model", "measured")  # what `tailor oracle validate` and `tailor evaluate` report by default
 NAMES = ORACLES + ("model-timeline",)  # the model with the page timeline (tailor.oracle.timeline), on request
+REQUESTED = NAMES + ("model-tailprobe",)  # validated when asked for only: not an oracle ``auto`` chooses among
 KINDS = ("objects", "pages", "quic")
 MIN_CONFIGS = 3  # a rank correlation over fewer configurations says nothing
 # Knob contrasts (label, field of the measured keys, value, reference value): time(value) / time(reference) with
@@ -208,13 +209,16 @@ def predict_cell(name: str, oracle: MeasuredOracle, cell: pd.DataFrame, workload
         return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space)[0, idx]
     if name == "model-timeline":
         return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, pages="timeline")[0, idx]
+    if name == "model-tailprobe":
+        return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, tails="probe")[0, idx]
     return oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=exclude)[0, idx]
 
 
 def validate_oracle(name: str, oracle: MeasuredOracle, kind: str) -> tuple[dict, list[dict]]:
     """(summary, per-cell rows) of oracle ``name`` on the dataset behind ``oracle`` for one workload kind."""
-    if name not in NAMES:
-        raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {NAMES}. Got {name!r}.")
+    if name not in REQUESTED:
+        raise OracleError(f"The 'oracle' parameter of tailor oracle validate must be one of {REQUESTED}. "
+                          f"Got {name!r}.")
     table = _cells(oracle, kind)
     source = oracle.page_dataset if kind == "pages" else oracle.dataset
     intervals = _intervals(source, kind)

@@ -52,6 +52,8 @@ def add_parser(sub) -> None:
     sl.add_argument("--loads", default="0.3,0.7", help="offered loads of the link (default 0.3,0.7)")
     sl.add_argument("--queues", default="50,1000", help="drop-tail queues in packets (default 50,1000)")
     sl.add_argument("--seeds", default="1", help="arrival schedules (default 1)")
+    sl.add_argument("--lone", default="", help="response sizes in segments sent one at a time, each alone on the "
+                                               "link, instead of the Poisson schedule (e.g. 20,52,90,199)")
     sl.add_argument("--out", default="data/testbed/shared-link.json",
                     help="result JSON, resumed if it holds the same setup (a .md table is written too)")
     sl.add_argument("--report", nargs="+", metavar="JSON", default=None,
@@ -123,12 +125,16 @@ def _shared_link(args) -> int:
     try:
         iws, seeds, queues = (tuple(int(v) for v in a.split(",")) for a in (args.iws, args.seeds, args.queues))
         loads = tuple(float(v) for v in args.loads.split(","))
+        lone = tuple(int(v) for v in args.lone.split(",")) if args.lone else ()
     except ValueError:
-        raise ParameterError(f"The '--iws', '--seeds', '--queues' and '--loads' parameters of testbed shared-link "
-                             f"must be comma lists of numbers. Got {args.iws!r}, {args.seeds!r}, {args.queues!r}, "
-                             f"{args.loads!r}.") from None
-    setup = SharedLinkSetup(rate_mbit=args.rate_mbit, rtt_ms=args.rtt, duration_s=args.duration, iws=iws,
-                            loads=loads, queues=queues, seeds=seeds)
+        raise ParameterError(f"The '--iws', '--seeds', '--queues', '--loads' and '--lone' parameters of testbed "
+                             f"shared-link must be comma lists of numbers. Got {args.iws!r}, {args.seeds!r}, "
+                             f"{args.queues!r}, {args.loads!r}, {args.lone!r}.") from None
+    from tailor.testbed.sharedlink import LONE_GAP_S
+
+    duration = 1.0 + LONE_GAP_S * len(lone) if lone else args.duration  # lone: one warm-up second, then the sizes
+    setup = SharedLinkSetup(rate_mbit=args.rate_mbit, rtt_ms=args.rtt, duration_s=duration, iws=iws, loads=loads,
+                            queues=queues, seeds=seeds, lone=lone, warmup_s=1.0 if lone else 2.0)
     _interrupt_on_term()
     res = run_experiment(setup, tailor_link_binary(), Path(args.out))
     print(json.dumps({"out": args.out, "runs": len(res["runs"]),

@@ -40,6 +40,8 @@ from tailor.testbed.runner import _stream
 from tailor.testbed.server import SERVER_IP, TestbedError
 
 MTU = 1500
+SEGMENT_BYTES = 1448  # an MTU packet's payload (IPv4, TCP timestamps)
+LONE_GAP_S = 2.5  # lone responses: longer than any one's time here, so each has the link and the queue to itself
 SCHEMA = "tailor.testbed-shared-link/v1"
 
 
@@ -62,6 +64,7 @@ class SharedLinkSetup:
     queues: tuple[int, ...] = (50, 1000)
     seeds: tuple[int, ...] = (1,)
     initrwnd: int = 300
+    lone: tuple[int, ...] = ()  # response sizes (segments) sent one at a time instead of the Poisson schedule
 
     def __post_init__(self):
         check(0.1 <= self.rate_mbit <= 200, "SharedLinkSetup", "rate_mbit", "in [0.1, 200]", self.rate_mbit)
@@ -80,6 +83,10 @@ class SharedLinkSetup:
               "non-empty, each in [0, 2^31)", self.seeds)
         check(max(self.iws) <= self.initrwnd <= 10_000, "SharedLinkSetup", "initrwnd",
               "at least the largest initial window and at most 10000 segments", self.initrwnd)
+        check(len(self.lone) <= 100 and all(1 <= n <= 10_000 for n in self.lone), "SharedLinkSetup", "lone",
+              "at most 100 sizes, each in [1, 10000] segments", self.lone)
+        check(not self.lone or self.duration_s >= self.warmup_s + LONE_GAP_S * len(self.lone), "SharedLinkSetup",
+              "duration_s", f"at least warmup_s + {LONE_GAP_S:g} s per lone response", self.duration_s)
 
     def bdp_packets(self) -> float:
         return self.rate_mbit * 1e6 / 8 * self.rtt_ms / 1000 / MTU
@@ -87,7 +94,11 @@ class SharedLinkSetup:
 
 def schedule(setup: SharedLinkSetup, load: float, seed: int, sizes: list[int] | None = None) -> list[tuple[float, int]]:
     """Poisson arrivals over ``duration_s`` at the rate that offers ``load`` of the link's rate in response bytes,
-    each with a size drawn uniformly from ``sizes`` (the search responses'); the same for every initial window."""
+    each with a size drawn uniformly from ``sizes`` (the search responses'); the same for every initial window.
+    ``setup.lone``: those sizes (segments of an MTU packet's payload) one at a time, ``LONE_GAP_S`` apart from the
+    end of the warm-up, each alone on the link (``load`` and ``seed`` then only label the run)."""
+    if setup.lone:
+        return [(setup.warmup_s + LONE_GAP_S * i, n * SEGMENT_BYTES) for i, n in enumerate(setup.lone)]
     sizes = search_sizes() if sizes is None else sizes
     rng = np.random.default_rng([seed, int(round(load * 1000))])
     rate = load * setup.rate_mbit * 1e6 / 8 / float(np.mean(sizes))  # responses per second
@@ -137,17 +148,21 @@ def summarize(setup: SharedLinkSetup, queue: int, load: float, seed: int, iw: in
     if len(by_port) != len(flows) or ccs != {setup.cc}:
         raise TestbedError(f"shared-link run iw={iw}: {len(by_port)} server records for {len(flows)} responses, "
                            f"congestion controls {sorted(map(str, ccs))} (expected only {setup.cc})")
-    keep = [recv[i] for i in range(len(flows)) if flows[i][0] >= setup.warmup_s]
+    kept = [i for i in range(len(flows)) if flows[i][0] >= setup.warmup_s]
+    keep = [recv[i] for i in kept]
     rt = np.array([r["response_ms"] for r in keep])
     srtt = np.array([by_port[r["local_port"]]["srtt_us"] / 1000 for r in keep])
     retr = np.array([by_port[r["local_port"]]["retrans"] for r in keep])
+    rtos = [by_port[r["local_port"]].get("rtos") for r in keep]  # None: a kernel before 6.7 (no tcpi_total_rto)
     late = np.array([r["late_ms"] for r in recv.values()])
     down = emu.get("down", {})
     return {"queue_packets": queue, "load": load, "seed": seed, "iw": iw, "responses": len(keep),
             "mean_ms": float(rt.mean()), "p50_ms": float(np.median(rt)), "p95_ms": float(np.percentile(rt, 95)),
             "p99_ms": float(np.percentile(rt, 99)), "srtt_ms": float(srtt.mean()),
             "retrans_share": float((retr > 0).mean()), "retrans_mean": float(retr.mean()),
-            "response_ms": [round(float(v), 2) for v in rt],
+            "rto_share": (float(np.mean([v > 0 for v in rtos])) if None not in rtos else None),
+            "response_ms": [round(float(v), 2) for v in rt], "response_bytes": [int(flows[i][1]) for i in kept],
+            "retrans": [int(v) for v in retr], "rtos": rtos,
             "offered_mbit": float(sum(f[1] for f in flows) * 8 / setup.duration_s / 1e6),
             "queue_drops": int(down.get("queue_drops", 0)), "queue_hwm_packets": int(down.get("queue_hwm_packets", 0)),
             "emu_lateness_p99_us": float(down.get("send_lateness_us", {}).get("p99", math.nan)),
@@ -221,7 +236,8 @@ def behind_best(result: dict) -> list[dict]:
 def merge(results: list[dict]) -> dict:
     """Several results of one setup but their schedules (seeds) as one, for :func:`markdown`."""
     first = results[0]
-    key = lambda r: {k: v for k, v in r["setup"].items() if k not in ("seeds", "loads", "queues")}  # noqa: E731
+    key = lambda r: {k: v for k, v in r["setup"].items()  # noqa: E731
+                     if k not in ("seeds", "loads", "queues") and not (k == "lone" and not v)}
     for r in results:
         if r.get("schema") != SCHEMA or key(r) != key(first):
             raise TestbedError("shared-link results to merge must share the schema and the setup but for seeds, "
@@ -282,10 +298,14 @@ def _write(result: dict, out: Path) -> None:
 def markdown(result: dict) -> str:
     s = result["setup"]
     runs = result["runs"]
-    lines = [f"Search responses (`mobile-search` sizes, mean 120 KB) of one user group on one shared link: "
-             f"{s['rate_mbit']:g} Mbit/s, RTT {s['rtt_ms']:g} ms (BDP {result['bdp_packets']:.0f} packets), "
-             f"{s['cc']}, Poisson arrivals for {s['duration_s']:g} s per run (responses started in the first "
-             f"{s['warmup_s']:g} s excluded), schedules (seeds) {', '.join(map(str, s['seeds']))}; client initial "
+    what = (f"Lone responses ({len(s['lone'])} sizes, {LONE_GAP_S:g} s apart, each alone) on one link: "
+            if s.get("lone") else "Search responses (`mobile-search` sizes, mean 120 KB) of one user group on one "
+            "shared link: ")
+    arrivals = ("one run per queue and IW" if s.get("lone") else
+                f"Poisson arrivals for {s['duration_s']:g} s per run (responses started in the first "
+                f"{s['warmup_s']:g} s excluded), schedules (seeds) {', '.join(map(str, s['seeds']))}")
+    lines = [f"{what}{s['rate_mbit']:g} Mbit/s, RTT {s['rtt_ms']:g} ms (BDP {result['bdp_packets']:.0f} packets), "
+             f"{s['cc']}, {arrivals}; client initial "
              f"receive window {s['initrwnd']} segments. Measured {result['started_utc']} .. "
              f"{result.get('finished_utc', '')}; emulator lateness p99 at most "
              f"{max(r['emu_lateness_p99_us'] for r in runs):.0f} us, load average at a run's start "
@@ -300,6 +320,8 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['queue_packets']} | {r['load']:g} | {r['iw']} | {r['responses']} | {r['mean_ms']:.0f} | "
                      f"{imp} | {r['p95_ms']:.0f} | {r['srtt_ms']:.0f} | {rtt} | {100 * r['retrans_share']:.1f}% | "
                      f"{r['queue_drops']} |")
+    if s.get("lone"):
+        lines += _lone_table(result)
     rows = behind_best(result)
     if rows:
         lines += ["", "Behind the best initial window of its (queue, load): mean response time minus the best's, in "
@@ -312,6 +334,20 @@ def markdown(result: dict) -> str:
                          f"{100 * r['behind']:+.1f} [{100 * r['behind_ci'][0]:+.1f}, {100 * r['behind_ci'][1]:+.1f}] | "
                          f"{per} |")
     return "\n".join(lines) + "\n"
+
+
+def _lone_table(result: dict) -> list[str]:
+    """Lone responses: per size, each (queue, IW) run's response time, retransmitted segments and timeouts."""
+    runs = sorted(result["runs"], key=lambda r: (r["queue_packets"], r["iw"]))
+    head = [f"q {r['queue_packets']} / IW {r['iw']}" for r in runs]
+    lines = ["", "Lone responses, one at a time: response time (ms) / segments retransmitted / retransmission "
+             "timeouts, per queue (packets) and initial window:", "", "| segments | " + " | ".join(head) + " |",
+             "|---|" + "---|" * len(runs)]
+    for i, n in enumerate(result["setup"]["lone"]):
+        cells = [f"{r['response_ms'][i]:.0f} / {r['retrans'][i]} / {'?' if r['rtos'][i] is None else r['rtos'][i]}"
+                 for r in runs if i < len(r["response_ms"])]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _now() -> str:

@@ -5,8 +5,8 @@ Server: ``python3 sharedlink_flows.py serve IP PORT SECONDS OUT.jsonl`` accepts 
 first one (the client's own schedule bounds the rest); on each it reads one request line (the response size in
 bytes, at most ``MAX_RESPONSE``), writes that many incompressible bytes in one call with ``TCP_NODELAY`` set (as
 nginx does), waits for the client to close, then reads
-the socket's ``TCP_INFO``: the smoothed RTT the sender measured (SmartIW's RTT, §III) and the segments it
-retransmitted. Each connection's record is appended to OUT.jsonl as one line when it closes (the harness ends the
+the socket's ``TCP_INFO``: the smoothed RTT the sender measured (SmartIW's RTT, §III), the segments it
+retransmitted and its retransmission timeouts (``tcpi_total_rto``, Linux 6.7 on; absent on older kernels). Each connection's record is appended to OUT.jsonl as one line when it closes (the harness ends the
 server when the client exits, so nothing is left for the end).
 
 Client: ``python3 sharedlink_flows.py fetch SPEC.json`` opens one connection per scheduled response at its start
@@ -35,14 +35,21 @@ MAX_FLOWS = 5000
 FLOW_TIMEOUT_S = 60.0
 LINGER_S = 1.0
 # struct tcp_info (linux/tcp.h): 8 bytes of u8 fields, then u32s; tcpi_rtt is the 16th u32 (us), tcpi_total_retrans
-# the 24th.
+# the 24th; tcpi_total_rto (u16) and tcpi_total_rto_time (u32, ms) at bytes 240 and 244 (Linux 6.7 on).
 _TCPI_RTT, _TCPI_TOTAL_RETRANS = 8 + 4 * 15, 8 + 4 * 23
+_TCPI_TOTAL_RTO, _TCPI_TOTAL_RTO_TIME, _TCPI_LEN = 240, 244, 248
 
 
-def tcp_info(sock: socket.socket) -> tuple[int, int]:
-    """(smoothed RTT in us, total retransmitted segments) of a connected socket."""
-    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    return struct.unpack_from("I", raw, _TCPI_RTT)[0], struct.unpack_from("I", raw, _TCPI_TOTAL_RETRANS)[0]
+def tcp_info(sock: socket.socket) -> dict:
+    """The smoothed RTT (us), total retransmitted segments and, where the kernel reports them, retransmission
+    timeouts and the time spent in their recovery (ms; None before Linux 6.7) of a connected socket."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCPI_LEN)
+    rec = {"srtt_us": struct.unpack_from("I", raw, _TCPI_RTT)[0],
+           "retrans": struct.unpack_from("I", raw, _TCPI_TOTAL_RETRANS)[0], "rtos": None, "rto_time_ms": None}
+    if len(raw) >= _TCPI_LEN:
+        rec["rtos"] = struct.unpack_from("H", raw, _TCPI_TOTAL_RTO)[0]
+        rec["rto_time_ms"] = struct.unpack_from("I", raw, _TCPI_TOTAL_RTO_TIME)[0]
+    return rec
 
 
 def serve(ip: str, port: int, seconds: float, out_path: str) -> int:
@@ -76,7 +83,7 @@ def serve(ip: str, port: int, seconds: float, out_path: str) -> int:
             conn.sendall(payload[:size])
             while conn.recv(CHUNK):  # the client closes once it has every byte: everything is acknowledged
                 pass
-            rec["srtt_us"], rec["retrans"] = tcp_info(conn)
+            rec.update(tcp_info(conn))
         except (OSError, ValueError) as e:
             rec["error"] = str(e)[:200]
         finally:

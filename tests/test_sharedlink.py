@@ -151,3 +151,28 @@ def test_a_response_within_the_initial_window_arrives_in_one_round_trip(tmp_path
     assert len(small) >= 3
     for t, size in small:
         assert t < 1.25 * setup.rtt_ms + size * 8 / 100e3 + 5, (t, size)  # two round trips: 80 ms + serialisation
+
+
+@pytest.mark.testbed
+def test_a_lone_response_ending_inside_an_overflowing_first_flight_waits_for_its_tail(tmp_path):
+    """Lone responses at IW 64 into a 25-packet queue (10 Mbit/s, 60 ms): 52 segments, all in the first flight,
+    lose a tail no later segment reveals and take several times as long as 20 segments (which fit) and as 90
+    segments (whose later segments reveal the tail); the server reports the retransmissions and, on Linux 6.7 on,
+    the timeouts (docs/testbed.md §10b)."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/net/tun"):
+        pytest.skip("needs root and /dev/net/tun")
+    if not (os.environ.get("TAILOR_LINK") or shutil.which("go") or os.path.exists("/usr/local/go/bin/go")):
+        pytest.skip("no tailor-link binary and no Go toolchain to build it")
+    from tailor.testbed.server import tailor_link_binary
+    from tailor.testbed.sharedlink import run_one
+
+    lone = (20, 52, 90)
+    setup = SharedLinkSetup(rate_mbit=10, rtt_ms=60, duration_s=1 + LONE_GAP_S * len(lone), warmup_s=1, iws=(64,),
+                            loads=(0.05,), queues=(25,), lone=lone)
+    r = run_one(setup, 25, 0.05, 1, 64, tailor_link_binary())
+    fits, inside, beyond = r["response_ms"]
+    assert r["response_bytes"] == [n * 1448 for n in lone]
+    assert r["retrans"][0] == 0 and r["retrans"][1] > 0 and r["retrans"][2] > 0
+    assert inside > 3 * fits and inside > 1.5 * beyond, r["response_ms"]
+    if tuple(int(v) for v in os.uname().release.split(".")[:2]) >= (6, 7):
+        assert all(isinstance(v, int) for v in r["rtos"])

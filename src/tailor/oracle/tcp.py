@@ -201,9 +201,10 @@ def burst_loss_ms(d, w0, sh: Share, stack: Stack, tails: str = "sack"):
     testbed's kernel counters: IW 64, first flight 45 segments, into 20- to 37-packet queues retransmits 10-26
     segments; at 1.6 Mbit/s it is still faster than IW 32, at 13 Mbit/s 1.15x slower).
 
-    ``tails="probe"`` (MODEL.md 6f; not the default): a response wholly inside its first flight has no later
-    segment to reveal its lost tail, which waits for the tail-loss probe and, beyond one segment, the RTO
-    (``lone_tail_ms``, srtt with the full buffer: rtt (1 + q)), as the page timeline charges it. Measured on the
+    ``tails="probe"`` (MODEL.md 6f; not the default): for a connection alone on the path (``sh.flight`` set), a
+    response wholly inside its first flight has no later segment to reveal its lost tail, which waits for the
+    tail-loss probe and, beyond one segment, the RTO (``lone_tail_ms``, srtt with the full buffer: rtt (1 + q)), as
+    the page timeline charges it; a level's several connections keep v6's cost (their flights leave spread). Measured on the
     kernel (``tailor testbed shared-link --lone``): a 54-segment response at IW 64 into a one-BDP queue, 3 segments
     lost, takes 537 ms where ``sack`` gives 184.
     """

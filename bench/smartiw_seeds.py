@@ -34,30 +34,38 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", default="mobile-search-day")
     ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--policies", default=",".join(POLICIES),
+                    help="comma list; must include default and smartiw (e.g. add tailor, Tailor's own policy)")
     ap.add_argument("--oracle", choices=("model", "model-tailprobe"), default="model",
                     help="model-tailprobe: a first flight's lone lost tail waits for the probe and the RTO (MODEL.md 6f)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     started = time.perf_counter()
     oracle = select_oracle(args.oracle, "iw-only")
+    policies = tuple(args.policies.split(","))
+    if "default" not in policies or "smartiw" not in policies:
+        raise SystemExit(f"--policies must include default and smartiw; got {args.policies!r}")
     runs = []
     for seed in (int(s) for s in args.seeds.split(",")):
         scn = load_scenario(args.scenario, seed=seed, websites=sorted(oracle.websites))
-        ev = evaluate(scn, oracle, list(POLICIES), SimConfig(space="iw-only", seed=seed))
+        ev = evaluate(scn, oracle, list(policies), SimConfig(space="iw-only", seed=seed))
         data = _metrics(ev)
-        figs = {name: _improvements(data[name], data[BASE]) for name in POLICIES}
+        figs = {name: _improvements(data[name], data[BASE]) for name in policies}
         runs.append({"seed": seed, "responses": len(ev.simulator.world), "figures": figs})
         print(f"\n{args.scenario} seed {seed} ({len(ev.simulator.world):,} responses): avg response time / reward / "
               "goodput / RTT degradation over IW 10")
-        for name in POLICIES:
+        for name in policies:
             print(f"  {name:16s} " + "  ".join(f"{100 * figs[name][k]:+6.1f}%" for k in FIGURES), flush=True)
     print(f"\nover {len(runs)} seeds: mean (95% t interval), points")
-    for name in POLICIES:
+    for name in policies:
         print(f"  {name:16s} avg response time {fmt(interval([r['figures'][name]['time'] for r in runs]))}")
-    print("SmartIW minus, paired (avg response-time improvement, points):")
-    for name in POLICIES:
-        if name != "smartiw":
-            print(f"  {name:16s} " + fmt(interval([r["figures"]["smartiw"]["time"] - r["figures"][name]["time"] for r in runs])))
+    for lead in ("smartiw", "tailor"):
+        if lead not in policies:
+            continue
+        print(f"{lead} minus, paired (avg response-time improvement, points):")
+        for name in policies:
+            if name != lead:
+                print(f"  {name:16s} " + fmt(interval([r["figures"][lead]["time"] - r["figures"][name]["time"] for r in runs])))
     meta = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": vars(args),
             "oracle": oracle.name, "wall_s": round(time.perf_counter() - started, 1)}
     print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s")

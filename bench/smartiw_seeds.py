@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 from tailor.eval.figures_smartiw import BASE, _improvements, _metrics
@@ -45,8 +46,11 @@ def main() -> None:
     policies = tuple(args.policies.split(","))
     if "default" not in policies or "smartiw" not in policies:
         raise SystemExit(f"--policies must include default and smartiw; got {args.policies!r}")
-    runs = []
+    same = {k: v for k, v in vars(args).items() if k not in ("seeds", "json")}  # what a resumed file must share
+    runs = _resume(args.json, same)
     for seed in (int(s) for s in args.seeds.split(",")):
+        if any(r["seed"] == seed for r in runs):
+            continue
         scn = load_scenario(args.scenario, seed=seed, websites=sorted(oracle.websites))
         ev = evaluate(scn, oracle, list(policies), SimConfig(space="iw-only", seed=seed))
         data = _metrics(ev)
@@ -56,6 +60,7 @@ def main() -> None:
               "goodput / RTT degradation over IW 10")
         for name in policies:
             print(f"  {name:16s} " + "  ".join(f"{100 * figs[name][k]:+6.1f}%" for k in FIGURES), flush=True)
+        _write(args.json, runs, {"argv": same, "oracle": oracle.name, "partial": True})
     print(f"\nover {len(runs)} seeds: mean (95% t interval), points")
     for name in policies:
         print(f"  {name:16s} avg response time {fmt(interval([r['figures'][name]['time'] for r in runs]))}")
@@ -68,10 +73,25 @@ def main() -> None:
                 print(f"  {name:16s} " + fmt(interval([r["figures"][lead]["time"] - r["figures"][name]["time"] for r in runs])))
     meta = {"commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": vars(args),
             "oracle": oracle.name, "wall_s": round(time.perf_counter() - started, 1)}
-    print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s")
-    if args.json:
-        with open(args.json, "w") as f:
+    print(f"\ncommit {meta['commit']}, {meta['date']}, {meta['wall_s']} s (this invocation)")
+    _write(args.json, runs, meta)
+
+
+def _resume(path: str | None, same: dict) -> list[dict]:
+    """The seeds already in ``path`` when it was written with the same arguments (but seeds), else none."""
+    if not path or not os.path.exists(path):
+        return []
+    old = json.load(open(path))
+    argv = {k: v for k, v in old.get("meta", {}).get("argv", {}).items() if k not in ("seeds", "json")}
+    return old["runs"] if argv == same else []
+
+
+def _write(path: str | None, runs: list[dict], meta: dict) -> None:
+    """Write the runs so far (after every seed: a long run resumes where it stopped), atomically."""
+    if path:
+        with open(path + ".tmp", "w") as f:
             json.dump({"runs": runs, "meta": meta}, f, indent=1)
+        os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

@@ -85,8 +85,9 @@ class ModelOracle(Oracle):
         """``pages``: ``levels`` (v2's discovery levels, the default) or ``timeline`` (``tailor.oracle.timeline``:
         per-object discovery, Chromium's connection pool, HTTP/2 multiplexing, first flights sharing the buffer,
         whole slow-start rounds; MODEL.md section 3a). Objects are the same in both. ``tails``: ``sack`` (v6, the
-        default) or ``probe``: a response wholly inside its first flight that loses the flight's tail waits for the
-        tail-loss probe and the RTO (``tcp.burst_loss_ms``; MODEL.md 6f); with the levels' pages only."""
+        default) or ``probe``: on a connection alone on the path, a response wholly inside its first flight that loses
+        the flight's tail waits for the tail-loss probe and the RTO (``tcp.burst_loss_ms``; MODEL.md 6f); with the
+        levels' pages only."""
         if pages not in PAGE_MODELS:
             raise OracleError(f"The 'pages' parameter of ModelOracle must be one of {PAGE_MODELS}. Got {pages!r}.")
         if tails not in tcp.TAILS or (tails != "sack" and pages != "levels"):

@@ -6,8 +6,9 @@ first one (the client's own schedule bounds the rest); on each it reads one requ
 bytes, at most ``MAX_RESPONSE``), writes that many incompressible bytes in one call with ``TCP_NODELAY`` set (as
 nginx does), waits for the client to close, then reads
 the socket's ``TCP_INFO``: the smoothed RTT the sender measured (SmartIW's RTT, §III), the segments it
-retransmitted and its retransmission timeouts (``tcpi_total_rto``, Linux 6.7 on; absent on older kernels). Each connection's record is appended to OUT.jsonl as one line when it closes (the harness ends the
-server when the client exits, so nothing is left for the end).
+retransmitted and its retransmission timeouts (``tcpi_total_rto``, Linux 6.7 on; absent on older kernels). Each
+connection's record is appended to OUT.jsonl as one line when it closes (the harness ends the server when the client
+exits, so nothing is left for the end).
 
 Client: ``python3 sharedlink_flows.py fetch SPEC.json`` opens one connection per scheduled response at its start
 time (``flows``: ``[start_s, bytes]``), each in its own thread, and prints one JSON line per response: the time from

@@ -81,7 +81,8 @@ def _resume(path: str | None, same: dict) -> list[dict]:
     """The seeds already in ``path`` when it was written with the same arguments (but seeds), else none."""
     if not path or not os.path.exists(path):
         return []
-    old = json.load(open(path))
+    with open(path) as f:
+        old = json.load(f)
     argv = {k: v for k, v in old.get("meta", {}).get("argv", {}).items() if k not in ("seeds", "json")}
     return old["runs"] if argv == same else []
 

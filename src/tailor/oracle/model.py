@@ -30,6 +30,8 @@ from tailor.space import ConfigSpace
 
 VERSION = "model-tcp-v6"
 PAGE_MODELS = ("levels", "timeline")  # ModelOracle(pages=...): v2's discovery levels or the page timeline
+# The model oracle's named variants (``--oracle NAME``): ModelOracle's arguments for each
+VARIANTS = {"model": {}, "model-timeline": {"pages": "timeline"}, "model-tailprobe": {"tails": "probe"}}
 H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
 CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later
 RESPONSE_HEADER_BYTES = 400  # HTTP response headers added to every body

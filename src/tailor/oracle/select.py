@@ -35,14 +35,10 @@ def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
     ``auto``: see module."""
     if name not in ORACLES:
         raise OracleError(f"The 'oracle' parameter must be one of {ORACLES}. Got {name!r}.")
-    from tailor.oracle.model import ModelOracle
+    from tailor.oracle.model import VARIANTS, ModelOracle
 
-    if name == "model":
-        return _with_validation(ModelOracle(), "model", "asked for (--oracle model)")
-    if name == "model-timeline":
-        return _with_validation(ModelOracle(pages="timeline"), "model-timeline", "asked for (--oracle model-timeline)")
-    if name == "model-tailprobe":
-        return _with_validation(ModelOracle(tails="probe"), "model-tailprobe", "asked for (--oracle model-tailprobe)")
+    if name in VARIANTS:
+        return _with_validation(ModelOracle(**VARIANTS[name]), name, f"asked for (--oracle {name})")
     if name == "measured":
         return _with_validation(_measured(), "measured", "asked for (--oracle measured)")
     if name == "measured-quic" or _tunes_quic(space):

@@ -218,10 +218,8 @@ def burst_loss_ms(d, w0, sh: Share, stack: Stack, tails: str = "sack"):
         return np.zeros(np.broadcast_shapes(np.shape(lost), np.shape(sh.rtt)))
     goodput = sh.rate * (1 - sh.p)
     late = np.maximum(3 * sh.rtt + lost / goodput - window_limited_ms(d, w0, goodput, sh.rtt), 0.0)
-    if tails == "probe":
-        lone = lone_tail_ms(lost, sh.rtt, sh.rtt * (1 + sh.q), stack.rto_min)
-        inside = d <= burst + 1.0  # wholly inside its flight: no later segment
-        late = np.where(inside, lone, late) if sh.flight is not None else late
+    if tails == "probe" and sh.flight is not None:  # alone on the path; wholly inside its flight: no later segment
+        late = np.where(d <= burst + 1.0, lone_tail_ms(lost, sh.rtt, sh.rtt * (1 + sh.q), stack.rto_min), late)
     return np.where(lost > 0, late, 0.0)
 
 

@@ -45,6 +45,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from tailor.errors import OracleError
+from tailor.oracle.model import VARIANTS
 from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, OBJECT_DATASET, PAGE_DATASET, PAGES_SUBDIR, MeasuredOracle, _anchor_space,
                                     _model_ms, _object_name, load_fetches, queue_bdp)
 
@@ -205,12 +206,8 @@ def predict_cell(name: str, oracle: MeasuredOracle, cell: pd.DataFrame, workload
     first = cell.iloc[0]
     bw, rtt, loss = ([float(first[k])] for k in ("down_mbps", "rtt_ms", "loss"))
     q = [float(queue_bdp(bw[0], rtt[0], float(first["queue_packets"])))]  # the model's buffer unit: BDPs
-    if name == "model":
-        return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space)[0, idx]
-    if name == "model-timeline":
-        return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, pages="timeline")[0, idx]
-    if name == "model-tailprobe":
-        return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, tails="probe")[0, idx]
+    if name in VARIANTS:
+        return _model_ms(oracle.workloads[workload], bw, rtt, loss, q, space, **VARIANTS[name])[0, idx]
     return oracle.mode_at(bw, rtt, loss, q, workload, space, exclude=exclude)[0, idx]
 
 

@@ -7,9 +7,9 @@ For every (condition, page) cell of the given page dataset, the default measured
 objects, tb-v3 pages and the extra page campaigns, without the given dataset) predicts the measured configurations
 at the cell's condition (the model's shape times the ratios of its nearest measured conditions, the configurations'
 contrasts reverting to the model's beyond its `reach`; and with `reach` = inf, the interpolation before 2026-11-29
-that carries the nearest contrasts unchanged), as do the model (levels) and the page
+that carries the nearest contrasts unchanged), as do the model (levels), the model with the lone tail's probe (`model-tailprobe`, MODEL.md 6f) and the page
 timeline; each is scored against the new medians as `tailor oracle validate` scores a cell (Spearman rho, whether
-its choice is the measured best, the cost of its choice, median |log error|, the HTTP/1.1-vs-2 contrast). Prints the
+its choice is the measured best, the cost of its choice, median |log error|, the HTTP/1.1-vs-2 contrast). A catalog page that no page dataset holds is scored for the models only. Prints the
 measured best and the registry default's and `cdn-static`'s medians. Reads only; no measurement.
 """
 
@@ -22,6 +22,7 @@ import numpy as np
 
 import tailor.oracle.validate as V
 from tailor.oracle.measured import PAGE_EXTRA, MeasuredOracle, load_medians
+from tailor.oracle.websites import default_catalog
 
 
 def main() -> None:
@@ -34,15 +35,21 @@ def main() -> None:
     extra = tuple(d for d in PAGE_EXTRA if d.resolve() != Path(args.dataset).resolve())
     measured = MeasuredOracle(page_extra=extra)
     before = MeasuredOracle(page_extra=extra, reach=float("inf"))
+    catalog = default_catalog()
+    measured_pages = set(measured.workloads)
     for (cond, page), cell in new.groupby(["condition", "page"]):
         cell = cell.drop_duplicates(V.KEYS)
-        if len(cell) < V.MIN_CONFIGS or page not in measured.workloads:
+        if len(cell) < V.MIN_CONFIGS or page not in catalog:
             continue
+        unmeasured = page not in measured_pages  # a page no other page dataset holds: the models only
+        if unmeasured:
+            measured.workloads[page] = catalog[page]
         first = cell.iloc[0]
         bw, rtt, loss = (float(first[k]) for k in ("down_mbps", "rtt_ms", "loss"))
-        preds = {name: V.predict_cell(name, measured, cell, page) for name in ("model", "model-timeline")}
-        preds[f"{measured.name} (reach {measured.reach:g})"] = V.predict_cell("measured", measured, cell, page)
-        preds[f"{before.name} (reach inf)"] = V.predict_cell("measured", before, cell, page)
+        preds = {name: V.predict_cell(name, measured, cell, page) for name in ("model", "model-tailprobe", "model-timeline")}
+        if not unmeasured:
+            preds[f"{measured.name} (reach {measured.reach:g})"] = V.predict_cell("measured", measured, cell, page)
+            preds[f"{before.name} (reach inf)"] = V.predict_cell("measured", before, cell, page)
         m = cell["median"].to_numpy()
         keys = [(r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)) for r in cell.itertuples()]
         print(f"{cond} ({bw:g} Mbit/s, {rtt:g} ms, loss {loss:g}) {page}: {len(cell)} configurations, "

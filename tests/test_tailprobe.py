@@ -86,3 +86,68 @@ def test_the_probe_matches_the_kernel_s_lone_responses_where_v6_does_not():
     assert len(err["probe"]) >= 60
     assert np.median(np.abs(err["probe"])) <= 0.15
     assert np.median(err["sack"]) <= -0.40
+
+
+SHALLOW = Path(__file__).resolve().parents[1] / "data" / "oracle" / "tb-v3-shallow"
+
+
+def _shallow_medians(pages: bool):
+    from tailor.oracle.measured import load_medians
+
+    return load_medians(SHALLOW, pages=pages)
+
+
+def test_a_page_keeps_v6_s_tails_and_an_object_takes_the_probe():
+    """``tails`` applies to objects and responses only: a page's levels keep ``sack`` (MODEL.md 6f, tb-v3-shallow)."""
+    from tailor.oracle.measured import _anchor_space, _model_ms
+    from tailor.oracle.websites import default_catalog
+
+    cat = default_catalog()
+    cell = __import__("pandas").DataFrame([("cubic", iw, 200, "2") for iw in (10, 16, 32, 64)],
+                                          columns=["cc", "iw", "rto_min_ms", "http"])
+    space = _anchor_space(cell)
+    at = dict(bw=[10.0], rtt=[60.0], loss=[0.0], q=[16 / 50.0])  # 16 packets at 10 Mbit/s, 60 ms
+    page_v6, page_probe = (_model_ms(cat["page-light-4"], **at, space=space, tails=t) for t in ("sack", "probe"))
+    assert np.array_equal(page_v6, page_probe)  # its 22-segment document would lose its tail at IW 32 and 64
+    obj_v6, obj_probe = (_model_ms(cat["object-50KB"], **at, space=space, tails=t) for t in ("sack", "probe"))
+    assert (obj_probe >= obj_v6).all() and (obj_probe > 1.5 * obj_v6).any()
+
+
+def test_the_shallow_campaign_shows_objects_pay_the_probe_and_pages_do_not():
+    """data/oracle/tb-v3-shallow (2026-12-02, two links with a 16-packet queue): a 50 KB response at IW 64 (35
+    segments inside a flight the queue overflows) takes at least 1.8x IW 32's, which only ``probe`` prices. On
+    page-light-4 (a 22-segment document that IW 32 and 64 send in one flight the queue overflows) the page load at
+    IW 32 or 64 over IW 16 is within 15% over HTTP/2, and v6's ratios are nearer the measured ones than ``probe``'s
+    on the page's levels would be (MODEL.md 6f)."""
+    from tailor.oracle import model
+    from tailor.oracle.measured import _anchor_space, queue_bdp
+    from tailor.oracle.websites import default_catalog
+
+    objs = _shallow_medians(pages=False)
+    objs = objs[(objs["cc"] == "cubic") & (objs["rto_min_ms"] == 200)]
+    for (cond, size, http), cell in objs.groupby(["condition", "size_bytes", "http"]):
+        t = dict(zip(cell["iw"], cell["median"]))
+        if size == 51200:
+            assert t[64] > 1.8 * t[32], (cond, http, t)
+        else:  # 20 KB fits the queue; 100 KB goes on after its flight, whose loss later segments reveal
+            assert t[64] < 1.2 * t[32], (cond, size, http, t)
+    pages = _shallow_medians(pages=True)
+    pages = pages[(pages["page"] == "page-light-4") & (pages["cc"] == "cubic") & (pages["rto_min_ms"] == 200)]
+    assert len(pages.groupby(["condition", "http"])) == 4
+    site = default_catalog()["page-light-4"]
+    err = {"sack": [], "probe": []}
+    for (cond, http), cell in pages.groupby(["condition", "http"]):
+        cell = cell.sort_values("iw")
+        t = dict(zip(cell["iw"], cell["median"]))
+        if http == "2":
+            assert max(t[32], t[64]) < 1.15 * t[16], (cond, t)
+        first = cell.iloc[0]
+        at = dict(bw=[first["down_mbps"]], rtt=[first["rtt_ms"]], loss=[0.0],
+                  q=[queue_bdp(first["down_mbps"], first["rtt_ms"], first["queue_packets"])])
+        space = _anchor_space(cell[["cc", "iw", "rto_min_ms", "http"]])
+        for tails in err:  # the page's levels priced with v6's tails, or with the probe's (``page_tails``)
+            col = lambda a: np.asarray(a, dtype=float)[:, None]  # noqa: E731
+            stack, _ = model._stack(space)
+            pred = dict(zip(cell["iw"], model.page_tails(site, *map(col, at.values()), stack, http == "2", tails)[0]))
+            err[tails] += [abs(np.log(pred[iw] / pred[16] * t[16] / t[iw])) for iw in (32, 64)]
+    assert np.median(err["sack"]) < np.median(err["probe"])

@@ -87,9 +87,9 @@ class ModelOracle(Oracle):
         """``pages``: ``levels`` (v2's discovery levels, the default) or ``timeline`` (``tailor.oracle.timeline``:
         per-object discovery, Chromium's connection pool, HTTP/2 multiplexing, first flights sharing the buffer,
         whole slow-start rounds; MODEL.md section 3a). Objects are the same in both. ``tails``: ``sack`` (v6, the
-        default) or ``probe``: on a connection alone on the path, a response wholly inside its first flight that loses
-        the flight's tail waits for the tail-loss probe and the RTO (``tcp.burst_loss_ms``; MODEL.md 6f); with the
-        levels' pages only."""
+        default) or ``probe``: an object or response alone on its path, wholly inside its first flight, that loses the
+        flight's tail waits for the tail-loss probe and the RTO (``tcp.burst_loss_ms``; MODEL.md 6f); pages keep
+        ``sack`` (``load_ms``); with the levels' pages only."""
         if pages not in PAGE_MODELS:
             raise OracleError(f"The 'pages' parameter of ModelOracle must be one of {PAGE_MODELS}. Got {pages!r}.")
         if tails not in tcp.TAILS or (tails != "sack" and pages != "levels"):
@@ -179,7 +179,14 @@ def _window_cap(sndbuf: np.ndarray, clamp: np.ndarray) -> np.ndarray:
 
 def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool, tails: str = "sack") -> np.ndarray:
     """Completion time of a whole workload for one HTTP version: levels in sequence, plus client time.
-    ``tails``: how a lost first-flight tail is found (``tcp.burst_loss_ms``; MODEL.md 6f)."""
+    ``tails``: how a lost first-flight tail is found (``tcp.burst_loss_ms``; MODEL.md 6f), for an object or a
+    response; a page keeps ``sack`` (its document's lost tail did not cost the probe on Chromium's page loads:
+    MODEL.md 6f, tb-v3-shallow; ``page_tails`` is that tried alternative, for the comparison only)."""
+    return page_tails(site, bw, rtt, loss, q, stack, h2, "sack" if site.kind == "page" else tails)
+
+
+def page_tails(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool, tails: str) -> np.ndarray:
+    """``load_ms`` with ``tails`` on every workload, pages' levels of one connection included."""
     path = _Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)  # bottleneck in segments per ms
     delivered: dict[tuple, list[float]] = defaultdict(list)  # per (origin, anonymous): segments per open conn
     total = np.zeros(np.broadcast_shapes(bw.shape, stack.iw.shape))

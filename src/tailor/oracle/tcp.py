@@ -204,7 +204,8 @@ def burst_loss_ms(d, w0, sh: Share, stack: Stack, tails: str = "sack"):
     ``tails="probe"`` (MODEL.md 6f; not the default): for a connection alone on the path (``sh.flight`` set), a
     response wholly inside its first flight has no later segment to reveal its lost tail, which waits for the
     tail-loss probe and, beyond one segment, the RTO (``lone_tail_ms``, srtt with the full buffer: rtt (1 + q)), as
-    the page timeline charges it; a level's several connections keep v6's cost (their flights leave spread). Measured on the
+    the page timeline charges it; a level's several connections keep v6's cost (their flights leave spread), and
+    ``model.load_ms`` keeps a page's levels on ``sack`` (tb-v3-shallow: its document does not pay the probe). Measured on the
     kernel (``tailor testbed shared-link --lone``): a 54-segment response at IW 64 into a one-BDP queue (10 Mbit/s,
     60 ms), 3 segments lost, takes 543 ms; ``sack`` gives 181, ``probe`` 441.
     """

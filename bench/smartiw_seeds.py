@@ -3,9 +3,9 @@
 Usage::
 
     PYTHONPATH=src .venv/bin/python bench/smartiw_seeds.py --scenario mobile-search-day --seeds 0,1,2,3,4 \
-        [--oracle model-tailprobe] [--json bench/results/smartiw_seeds_day.json]
+        [--oracle model-v6] [--json bench/results/smartiw_seeds_day.json]
 
-Per seed: ``tailor evaluate --scenario S --space iw-only --oracle model (or model-tailprobe) --policies
+Per seed: ``tailor evaluate --scenario S --space iw-only --oracle model (v7; or model-v6) --policies
 default,tcp-200,smartiw-nogroup,smartiw,optimal --seed K`` (the same world and policies, through
 :func:`tailor.eval.run.evaluate`) and the report's Fig. 12 figures (``tailor.eval.figures_smartiw``: average
 response-time improvement over IW 10 = 1 - mean time / mean time at IW 10, reward, goodput, RTT degradation). Then
@@ -37,8 +37,9 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--policies", default=",".join(POLICIES),
                     help="comma list; must include default and smartiw (e.g. add tailor, Tailor's own policy)")
-    ap.add_argument("--oracle", choices=("model", "model-tailprobe"), default="model",
-                    help="model-tailprobe: a first flight's lone lost tail waits for the probe and the RTO (MODEL.md 6f)")
+    ap.add_argument("--oracle", choices=("model", "model-v6", "model-tailprobe"), default="model",
+                    help="model (v7; model-tailprobe is the same): a first flight's lone lost tail waits for the probe "
+                         "and the RTO (MODEL.md 6f); model-v6: the model before")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     started = time.perf_counter()

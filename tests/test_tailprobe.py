@@ -52,10 +52,17 @@ def test_the_probe_prices_only_a_lost_tail_that_no_later_segment_reveals():
 
 
 def test_the_oracle_names_the_variant_and_refuses_what_it_does_not_model():
-    assert ModelOracle(tails="probe").name.endswith("+tailprobe") and ModelOracle().tails == "sack"
-    for kwargs in ({"tails": "rack"}, {"tails": "probe", "pages": "timeline"}):
-        with pytest.raises(OracleError, match="tails"):
-            ModelOracle(**kwargs)
+    """v7 (the default) takes the probe; ``tails="sack"`` is v6, by its name; both page models take either."""
+    from tailor.oracle.model import V6, VARIANTS, VERSION
+    from tailor.oracle.select import select_oracle
+
+    assert ModelOracle().tails == "probe" and ModelOracle().name == VERSION == "model-tcp-v7"
+    assert ModelOracle(tails="sack").name == V6 == "model-tcp-v6"
+    assert ModelOracle(pages="timeline", tails="sack").name == V6 + "+timeline"
+    assert select_oracle("model-v6").name == V6 and select_oracle("model").name == select_oracle("model-tailprobe").name
+    assert all("tails" in kwargs for kwargs in VARIANTS.values())  # explicit: measured._model_ms defaults to v6's
+    with pytest.raises(OracleError, match="tails"):
+        ModelOracle(tails="rack")
 
 
 def _lone_measurements():

@@ -36,12 +36,13 @@ def _build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--perf-memory", type=int, default=None, help="PerfMemory: samples kept per configuration (0 = all)")
     ev.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                     help="a parameter for every listed policy that has it, e.g. dt_leaf_mode=max (repeatable)")
-    ev.add_argument("--oracle", choices=("auto", "model", "model-timeline", "model-tailprobe", "measured",
+    ev.add_argument("--oracle", choices=("auto", "model", "model-v6", "model-timeline", "model-tailprobe", "measured",
                                          "measured-quic"), default="auto",
                     help="auto: the measured testbed dataset when it covers the space and websites, else the model; "
                          "model-timeline: the model with the page timeline (tailor/oracle/MODEL.md section 3a); "
-                         "model-tailprobe: the model with a first flight's lone lost tail found by the tail-loss "
-                         "probe and the RTO (MODEL.md 6f); "
+                         "model (model-tcp-v7; model-tailprobe is the same): an object's or response's lone lost tail "
+                         "waits for the tail-loss probe (MODEL.md 6f); model-v6: the model before, on which the "
+                         "README's figures dated before 2026-12-02 ran; "
                          "measured-quic (also auto's choice for a space tuning HTTP/3 or QUIC knobs, e.g. --space quic): "
                          "the QUIC dataset")
     ev.add_argument("--no-report", action="store_true", help="skip the HTML report")

@@ -16,9 +16,10 @@ def add_parser(sub) -> None:
     v = osub.add_parser("validate", help="rank correlation, best-configuration agreement and the cost of the "
                                          "oracle's choice per measured cell (model, and measured leave-one-condition-out)")
     v.add_argument("--dataset", default=None, help="testbed dataset directory (default: the measured oracle's, tb-v2)")
-    v.add_argument("--oracle", choices=("model", "model-timeline", "model-tailprobe", "measured", "both"),
+    v.add_argument("--oracle", choices=("model", "model-v6", "model-timeline", "model-tailprobe", "measured", "both"),
                    default="both", help="both = model and measured; model-timeline: the model with the page timeline; "
-                                        "model-tailprobe: the model with a lone lost tail found by the tail-loss probe")
+                                        "model-v6: the model before v7's lone tail (MODEL.md 6f); model-tailprobe: the same "
+                                        "as model since v7")
     v.add_argument("--json", metavar="FILE", default=None, help="also write every figure and per-cell row as JSON")
     c = osub.add_parser("calibrate", help="choose the model's fitted constant by leave-one-condition-out "
                                           "cross-validation and print the held-out figures")

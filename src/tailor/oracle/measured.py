@@ -394,7 +394,7 @@ def _model_ms(site: Website, bw, rtt, loss, q, space: ConfigSpace, pages: str = 
 
     from tailor.oracle import model, timeline
 
-    load_ms = timeline.load_ms if pages == "timeline" else partial(model.load_ms, tails=tails)
+    load_ms = partial(timeline.load_ms, tails=tails) if pages == "timeline" else partial(model.load_ms, tails=tails)
     stack, h2 = model._stack(space)
     col = lambda a: np.asarray(a, dtype=float)[:, None]  # noqa: E731
     out = np.empty((len(bw), len(space)))

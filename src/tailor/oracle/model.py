@@ -28,10 +28,13 @@ from tailor.oracle.base import NOISE_SHAPE, ConditionGrid, Oracle, Website
 from tailor.oracle.websites import default_catalog, search_catalog
 from tailor.space import ConfigSpace
 
-VERSION = "model-tcp-v6"
+VERSION = "model-tcp-v7"  # v6 + an object's or response's lone lost tail found by the tail-loss probe (MODEL.md 6f)
+V6 = "model-tcp-v6"  # the same with ``tails="sack"``: what the README's figures dated before 2026-12-02 ran on
 PAGE_MODELS = ("levels", "timeline")  # ModelOracle(pages=...): v2's discovery levels or the page timeline
-# The model oracle's named variants (``--oracle NAME``): ModelOracle's arguments for each
-VARIANTS = {"model": {}, "model-timeline": {"pages": "timeline"}, "model-tailprobe": {"tails": "probe"}}
+# The model oracle's named variants (``--oracle NAME``): ModelOracle's arguments for each, ``tails`` explicit
+# (``measured._model_ms`` defaults to v6's, the measured oracle's shape). ``model-tailprobe`` is ``model`` since v7.
+VARIANTS = {"model": {"tails": "probe"}, "model-v6": {"tails": "sack"},
+            "model-timeline": {"pages": "timeline", "tails": "probe"}, "model-tailprobe": {"tails": "probe"}}
 H1_CONNECTIONS_PER_ORIGIN = 6  # Chromium's per-host limit for HTTP/1.1
 CLIENT_RWND_SEGMENTS = 45.0  # the client's first advertised window, 64 KB (Linux/Windows); autotuned later
 RESPONSE_HEADER_BYTES = 400  # HTTP response headers added to every body
@@ -83,27 +86,26 @@ class ModelOracle(Oracle):
     kind = "model"
 
     def __init__(self, grid: ConditionGrid = DEFAULT_GRID, websites: dict[str, Website] | None = None,
-                 pages: str = "levels", tails: str = "sack"):
+                 pages: str = "levels", tails: str = "probe"):
         """``pages``: ``levels`` (v2's discovery levels, the default) or ``timeline`` (``tailor.oracle.timeline``:
         per-object discovery, Chromium's connection pool, HTTP/2 multiplexing, first flights sharing the buffer,
-        whole slow-start rounds; MODEL.md section 3a). Objects are the same in both. ``tails``: ``sack`` (v6, the
-        default) or ``probe``: an object or response alone on its path, wholly inside its first flight, that loses the
-        flight's tail waits for the tail-loss probe and the RTO (``tcp.burst_loss_ms``; MODEL.md 6f); pages keep
-        ``sack`` (``load_ms``); with the levels' pages only."""
+        whole slow-start rounds; MODEL.md section 3a). Objects are the same in both. ``tails``: ``probe`` (v7, the
+        default): an object or response alone on its path, wholly inside its first flight, that loses the flight's
+        tail waits for the tail-loss probe and the RTO (``tcp.burst_loss_ms``; MODEL.md 6f); pages keep ``sack``
+        (``load_ms``; the timeline has its own rule); ``sack``: v6, such a tail found a round later."""
         if pages not in PAGE_MODELS:
             raise OracleError(f"The 'pages' parameter of ModelOracle must be one of {PAGE_MODELS}. Got {pages!r}.")
-        if tails not in tcp.TAILS or (tails != "sack" and pages != "levels"):
-            raise OracleError(f"The 'tails' parameter of ModelOracle must be one of {tcp.TAILS} ('probe' with the "
-                              f"levels' pages only). Got {tails!r} with pages {pages!r}.")
+        if tails not in tcp.TAILS:
+            raise OracleError(f"The 'tails' parameter of ModelOracle must be one of {tcp.TAILS}. Got {tails!r}.")
         self.grid, self.pages, self.tails = grid, pages, tails
-        self.name = (VERSION if pages == "levels" else f"{VERSION}+timeline") + ("+tailprobe" if tails == "probe" else "")
+        self.name = (VERSION if tails == "probe" else V6) + ("+timeline" if pages == "timeline" else "")
         self.websites = dict({**default_catalog(), **search_catalog()} if websites is None else websites)
 
     def mode_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:
         if self.pages == "timeline":
             from tailor.oracle.timeline import load_ms as timeline_ms
 
-            return self._per_http(timeline_ms, cells, website, space)
+            return self._per_http(partial(timeline_ms, tails=self.tails), cells, website, space)
         return self._per_http(partial(load_ms, tails=self.tails), cells, website, space)
 
     def srtt_ms(self, cells, website: str, space: ConfigSpace) -> np.ndarray:

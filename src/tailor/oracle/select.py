@@ -17,7 +17,7 @@ from __future__ import annotations
 from tailor.errors import OracleError
 from tailor.oracle.base import Oracle
 
-ORACLES = ("auto", "model", "model-timeline", "model-tailprobe", "measured", "measured-quic")
+ORACLES = ("auto", "model", "model-v6", "model-timeline", "model-tailprobe", "measured", "measured-quic")
 QUIC_KNOBS = ("http.alt_svc", "quic.")  # a space tuning these is answered by the QUIC dataset only
 
 
@@ -27,10 +27,11 @@ def default_oracle() -> Oracle:
 
 
 def select_oracle(name: str = "auto", space: str = "core") -> Oracle:
-    """``model``: ModelOracle; ``model-timeline``: ModelOracle with the page timeline (``pages="timeline"``, not yet
-    the default: every figure of the README was measured on the levels); ``model-tailprobe``: ModelOracle with a
-    first flight's lone lost tail found by the tail-loss probe and the RTO (``tails="probe"``, MODEL.md 6f, not the
-    default); ``measured``: MeasuredOracle (OracleError
+    """``model``: ModelOracle (v7: an object's or response's lone lost tail found by the tail-loss probe and the RTO,
+    ``tails="probe"``, MODEL.md 6f; ``model-tailprobe`` is the same name kept for the commands that asked for it);
+    ``model-v6``: the model before (``tails="sack"``), what the README's figures dated before 2026-12-02 ran on;
+    ``model-timeline``: ModelOracle with the page timeline (``pages="timeline"``, not yet the default: every figure
+    of the README was measured on the levels); ``measured``: MeasuredOracle (OracleError
     without a dataset); ``measured-quic``: QuicOracle (``tailor.oracle.quic``), also what ``auto`` picks for a space that tunes HTTP/3 or QUIC knobs;
     ``auto``: see module."""
     if name not in ORACLES:

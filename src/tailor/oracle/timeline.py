@@ -84,11 +84,11 @@ def parents(site) -> list[tuple[str, int | None]]:
     return out
 
 
-def load_ms(site, bw, rtt, loss, q, stack, h2, opts=DEFAULT):
+def load_ms(site, bw, rtt, loss, q, stack, h2, opts=DEFAULT, tails="sack"):
     """The workload's completion time (array over conditions x configurations): pages by the timeline, objects by
-    v2's ``model.load_ms``."""
+    v2's ``model.load_ms`` (``tails``: how an object's lost first-flight tail is found, MODEL.md 6f)."""
     if site.kind != "page":
-        return _V2_LOAD(site, bw, rtt, loss, q, stack, h2)
+        return _V2_LOAD(site, bw, rtt, loss, q, stack, h2, tails=tails)
     unknown = set(opts) - set(OPTIONS)
     if unknown:
         raise ValueError(f"timeline options must be among {OPTIONS}; got {sorted(unknown)}")

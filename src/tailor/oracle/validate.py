@@ -51,7 +51,7 @@ from tailor.oracle.measured import (DEFAULT_DATASET, KEYS, OBJECT_DATASET, PAGE_
 
 ORACLES = ("model", "measured")  # what `tailor oracle validate` and `tailor evaluate` report by default
 NAMES = ORACLES + ("model-timeline",)  # the model with the page timeline (tailor.oracle.timeline), on request
-REQUESTED = NAMES + ("model-tailprobe",)  # validated when asked for only: not an oracle ``auto`` chooses among
+REQUESTED = NAMES + ("model-v6", "model-tailprobe")  # validated when asked for only: not an oracle ``auto`` chooses among
 KINDS = ("objects", "pages", "quic")
 MIN_CONFIGS = 3  # a rank correlation over fewer configurations says nothing
 # Knob contrasts (label, field of the measured keys, value, reference value): time(value) / time(reference) with

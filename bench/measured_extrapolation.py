@@ -7,7 +7,7 @@ For every (condition, page) cell of the given page dataset, the default measured
 objects, tb-v3 pages and the extra page campaigns, without the given dataset) predicts the measured configurations
 at the cell's condition (the model's shape times the ratios of its nearest measured conditions, the configurations'
 contrasts reverting to the model's beyond its `reach`; and with `reach` = inf, the interpolation before 2026-11-29
-that carries the nearest contrasts unchanged), as do the model (levels), the model with the lone tail's probe (`model-tailprobe`, MODEL.md 6f) and the page
+that carries the nearest contrasts unchanged), as do the model (levels; a page's times are the same on v6 and v7, MODEL.md 6f) and the page
 timeline; each is scored against the new medians as `tailor oracle validate` scores a cell (Spearman rho, whether
 its choice is the measured best, the cost of its choice, median |log error|, the HTTP/1.1-vs-2 contrast). A catalog page that no page dataset holds is scored for the models only. Prints the
 measured best and the registry default's and `cdn-static`'s medians. Reads only; no measurement.
@@ -46,7 +46,7 @@ def main() -> None:
             measured.workloads[page] = catalog[page]
         first = cell.iloc[0]
         bw, rtt, loss = (float(first[k]) for k in ("down_mbps", "rtt_ms", "loss"))
-        preds = {name: V.predict_cell(name, measured, cell, page) for name in ("model", "model-tailprobe", "model-timeline")}
+        preds = {name: V.predict_cell(name, measured, cell, page) for name in ("model", "model-timeline")}
         if not unmeasured:
             preds[f"{measured.name} (reach {measured.reach:g})"] = V.predict_cell("measured", measured, cell, page)
             preds[f"{before.name} (reach inf)"] = V.predict_cell("measured", before, cell, page)

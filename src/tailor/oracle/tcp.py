@@ -201,7 +201,7 @@ def burst_loss_ms(d, w0, sh: Share, stack: Stack, tails: str = "sack"):
     testbed's kernel counters: IW 64, first flight 45 segments, into 20- to 37-packet queues retransmits 10-26
     segments; at 1.6 Mbit/s it is still faster than IW 32, at 13 Mbit/s 1.15x slower).
 
-    ``tails="probe"`` (MODEL.md 6f; not the default): for a connection alone on the path (``sh.flight`` set), a
+    ``tails="probe"`` (MODEL.md 6f; the model oracle's default since v7): for a connection alone on the path (``sh.flight`` set), a
     response wholly inside its first flight has no later segment to reveal its lost tail, which waits for the
     tail-loss probe and, beyond one segment, the RTO (``lone_tail_ms``, srtt with the full buffer: rtt (1 + q)), as
     the page timeline charges it; a level's several connections keep v6's cost (their flights leave spread), and

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tailor.errors import OracleError
@@ -110,8 +111,7 @@ def test_a_page_keeps_v6_s_tails_and_an_object_takes_the_probe():
     from tailor.oracle.websites import default_catalog
 
     cat = default_catalog()
-    cell = __import__("pandas").DataFrame([("cubic", iw, 200, "2") for iw in (10, 16, 32, 64)],
-                                          columns=["cc", "iw", "rto_min_ms", "http"])
+    cell = pd.DataFrame([("cubic", iw, 200, "2") for iw in (10, 16, 32, 64)], columns=["cc", "iw", "rto_min_ms", "http"])
     space = _anchor_space(cell)
     at = dict(bw=[10.0], rtt=[60.0], loss=[0.0], q=[16 / 50.0])  # 16 packets at 10 Mbit/s, 60 ms
     page_v6, page_probe = (_model_ms(cat["page-light-4"], **at, space=space, tails=t) for t in ("sack", "probe"))
@@ -149,12 +149,10 @@ def test_the_shallow_campaign_shows_objects_pay_the_probe_and_pages_do_not():
         if http == "2":
             assert max(t[32], t[64]) < 1.15 * t[16], (cond, t)
         first = cell.iloc[0]
-        at = dict(bw=[first["down_mbps"]], rtt=[first["rtt_ms"]], loss=[0.0],
-                  q=[queue_bdp(first["down_mbps"], first["rtt_ms"], first["queue_packets"])])
-        space = _anchor_space(cell[["cc", "iw", "rto_min_ms", "http"]])
-        for tails in err:  # the page's levels priced with v6's tails, or with the probe's (``page_tails``)
-            col = lambda a: np.asarray(a, dtype=float)[:, None]  # noqa: E731
-            stack, _ = model._stack(space)
-            pred = dict(zip(cell["iw"], model.page_tails(site, *map(col, at.values()), stack, http == "2", tails)[0]))
+        path = [np.array([[v]], dtype=float) for v in (first["down_mbps"], first["rtt_ms"], 0.0,
+                                                      queue_bdp(first["down_mbps"], first["rtt_ms"], first["queue_packets"]))]
+        stack, _ = model._stack(_anchor_space(cell[["cc", "iw", "rto_min_ms", "http"]]))
+        for tails in err:  # the page's levels priced with v6's tails, or with the probe's (``levels_ms``)
+            pred = dict(zip(cell["iw"], model.levels_ms(site, *path, stack, http == "2", tails)[0]))
             err[tails] += [abs(np.log(pred[iw] / pred[16] * t[16] / t[iw])) for iw in (32, 64)]
     assert np.median(err["sack"]) < np.median(err["probe"])

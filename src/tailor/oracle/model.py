@@ -183,12 +183,13 @@ def load_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool, tails: 
     """Completion time of a whole workload for one HTTP version: levels in sequence, plus client time.
     ``tails``: how a lost first-flight tail is found (``tcp.burst_loss_ms``; MODEL.md 6f), for an object or a
     response; a page keeps ``sack`` (its document's lost tail did not cost the probe on Chromium's page loads:
-    MODEL.md 6f, tb-v3-shallow; ``page_tails`` is that tried alternative, for the comparison only)."""
-    return page_tails(site, bw, rtt, loss, q, stack, h2, "sack" if site.kind == "page" else tails)
+    MODEL.md 6f, tb-v3-shallow; ``levels_ms`` is that tried alternative, for the comparison only)."""
+    return levels_ms(site, bw, rtt, loss, q, stack, h2, "sack" if site.kind == "page" else tails)
 
 
-def page_tails(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool, tails: str) -> np.ndarray:
-    """``load_ms`` with ``tails`` on every workload, pages' levels of one connection included."""
+def levels_ms(site: Website, bw, rtt, loss, q, stack: tcp.Stack, h2: bool, tails: str) -> np.ndarray:
+    """The workload's levels in sequence plus client time, ``tails`` as given for every workload (``load_ms`` passes
+    ``sack`` for a page; called with ``probe`` on a page it is the alternative tb-v3-shallow rejected)."""
     path = _Path(bw * 1e6 / 8 / 1000 / tcp.MSS, rtt, loss, q)  # bottleneck in segments per ms
     delivered: dict[tuple, list[float]] = defaultdict(list)  # per (origin, anonymous): segments per open conn
     total = np.zeros(np.broadcast_shapes(bw.shape, stack.iw.shape))

@@ -7,7 +7,7 @@ Usage::
     PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py [--cells default:model,satellite:measured]
         [--seeds 0,1,2,3,4] [--out bench/results/tailor_acceptance.json] [--report-only [--markdown | --against OLD]
         [--dr-from OPE_DEV_ACCEPTANCE.json]]
-    PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py --merge A.json B.json --out MERGED.json
+    PYTHONPATH=src .venv/bin/python bench/tailor_acceptance.py --merge A.json B.json[:measured] --out MERGED.json
 
 Each run is what ``tailor evaluate --scenario S --oracle O --seed K`` computes (every default policy, space
 ``core``, online mode, UpdateFreq 300 s); the file keeps its summary rows, its off-policy rows (the doubly robust
@@ -212,12 +212,20 @@ def replace_dr(data: dict, ope: dict) -> None:
             row["dr_rel_error"], row["dr_covers"] = new["dr_rel_error"], new["dr_covers"]
 
 
-def merge(paths: list[Path]) -> dict:
+def merge(sources: list[str]) -> dict:
     """The union of several campaign files' runs (e.g. the two processes' halves); a run present in two files must
-    be the same run, else the merge is refused with its key."""
+    be the same run, else the merge is refused with its key. ``FILE:ORACLE`` takes only that oracle's runs from FILE
+    (e.g. a campaign's measured half beside a rerun of its model half)."""
     runs: dict = {}
-    for path in paths:
-        for k, run in load(path)["runs"].items():
+    for source in sources:
+        path, _, oracle = str(source).rpartition(":")
+        if oracle not in ORACLES:
+            path, oracle = str(source), ""
+        if not Path(path).exists():
+            raise SystemExit(f"bench/tailor_acceptance.py: --merge: {path}: no such campaign file")
+        for k, run in load(Path(path))["runs"].items():
+            if oracle and k.split("|")[1] != oracle:
+                continue
             if k in runs and runs[k] != run:
                 raise SystemExit(f"bench/tailor_acceptance.py: --merge: {k} differs between the files")
             runs[k] = run
@@ -236,8 +244,9 @@ def main() -> None:
     ap.add_argument("--dr-from", type=Path, default=None,
                     help="with --report-only: tailor's DR rows from this bench/ope_dev.py --acceptance file (the same "
                          "worlds and tables, a later estimator)")
-    ap.add_argument("--merge", type=Path, nargs="+", default=None,
-                    help="write the union of these campaign files' runs to --out, then report on it")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="FILE[:ORACLE]",
+                    help="write the union of these campaign files' runs (FILE:ORACLE: only that oracle's) to --out, "
+                         "then report on it")
     args = ap.parse_args()
     if args.merge:
         save(args.out, merge(args.merge))

@@ -28,3 +28,16 @@ def test_merge_is_the_union_and_refuses_two_different_runs_under_one_key(tmp_pat
     b.write_text(json.dumps({"runs": {"x|model|0": {"v": 9}}}))
     with pytest.raises(SystemExit, match="x\\|model\\|0 differs"):
         acc.merge([a, b])
+
+
+def test_merge_takes_one_oracles_runs_from_a_file_given_as_file_colon_oracle(tmp_path):
+    acc = _module()
+    old, rerun = tmp_path / "old.json", tmp_path / "rerun.json"
+    old.write_text(json.dumps({"runs": {"x|model|0": {"v": "old model"}, "x|measured|0": {"v": "measured"}}}))
+    rerun.write_text(json.dumps({"runs": {"x|model|0": {"v": "new model"}}}))
+    merged = acc.merge([f"{old}:measured", rerun])
+    assert merged["runs"] == {"x|measured|0": {"v": "measured"}, "x|model|0": {"v": "new model"}}
+    with pytest.raises(SystemExit, match="x\\|model\\|0 differs"):
+        acc.merge([old, rerun])
+    with pytest.raises(SystemExit, match="no such campaign file"):
+        acc.merge([tmp_path / "absent.json"])

@@ -6,7 +6,7 @@
 Runs config-snob alone on the scenario and splits its page loads by the phase of the group that served
 them (``default``: no decision / unknown prefix; ``initial``: an overlap node's initial trials for a new
 profile, §3.1.2; ``cold``: a group's BO model 1; ``steady``: Best / BO model 2 / BO model 3, §3.2.2) and
-by arm, and prints, per seed, the causal forest's covariates. Degraded = > 5% slower than the default on
+by arm and by the configuration served, and prints, per seed, the causal forest's covariates. Degraded = > 5% slower than the default on
 the same page load (tailor.eval.metrics.DEGRADED). Measurement only: the phase label is attached by a
 wrapper around the policy's ``_draw``; the policy's choices are unchanged.
 """
@@ -65,7 +65,11 @@ def breakdown(scenario_name: str, seed: int, sessions: int, params: dict | None 
         rows[key] = (int(m.sum()), int((m & bad).sum()), int((m & bad & (hour == "first hour")).sum()))
     site = np.asarray(rec["site"])
     by_site = {w: (int((site == w).sum()), int(((site == w) & bad).sum())) for w in sorted(set(site))}
-    return {"n": len(arm), "degraded": int(bad.sum()), "rows": rows, "by_site": by_site,
+    config = np.asarray(rec["config"])
+    by_config = {sim.space.label(int(c)): (int((config == c).sum()), int(((config == c) & bad).sum()),
+                                           int(((config == c) & bad & (hour == "first hour")).sum()))
+                 for c in sorted(set(config[bad].tolist()))}
+    return {"n": len(arm), "degraded": int(bad.sum()), "rows": rows, "by_site": by_site, "by_config": by_config,
             "covariates": policy._ci.diagnostics.get("covariates"), "ci": dict(policy._ci.diagnostics),
             "median_imp": float(np.median(imp)), "mean_imp": float(np.mean(imp)),
             "degraded_first_hour": int((bad & (hour == "first hour")).sum())}
@@ -81,11 +85,16 @@ def main() -> None:
     params = dict(parse_policy_params(a.policy_param, "configsnob_degradation"))
     total: Counter = Counter()
     sites: Counter = Counter()
+    configs: Counter = Counter()
     for seed in a.seeds:
         r = breakdown(a.scenario, seed, a.sessions, params)
         print(f"# {a.scenario} seed {seed}: {r['degraded']}/{r['n']} degraded ({100 * r['degraded'] / r['n']:.2f}%), "
               f"{r['degraded_first_hour']} in the first hour; median impr {100 * r['median_imp']:+.1f}%, "
               f"mean {100 * r['mean_imp']:+.1f}%; CF covariates {r['covariates']}")
+        for c, (n, b, b1) in r["by_config"].items():
+            configs[c, "n"] += n
+            configs[c, "bad"] += b
+            configs[c, "bad1"] += b1
         for w, (n, b) in r["by_site"].items():
             sites[w, "n"] += n
             sites[w, "bad"] += b
@@ -108,6 +117,12 @@ def main() -> None:
     for w in sorted({w for w, _ in sites}, key=lambda w: -sites[w, "bad"]):
         n, b = sites[w, "n"], sites[w, "bad"]
         print(f"| {w} | {n} | {b} | {100 * b / max(n, 1):.1f}% | {100 * b / max(allb, 1):.0f}% |")
+
+    print("\n| configuration | page loads | degraded | degraded share on it | share of all degraded | of which first hour |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for c in sorted({c for c, _ in configs}, key=lambda c: -configs[c, "bad"]):
+        n, b, b1 = configs[c, "n"], configs[c, "bad"], configs[c, "bad1"]
+        print(f"| {c} | {n} | {b} | {100 * b / max(n, 1):.1f}% | {100 * b / max(allb, 1):.0f}% | {b1} |")
 
 
 if __name__ == "__main__":

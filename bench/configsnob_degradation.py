@@ -5,9 +5,9 @@
 
 Runs config-snob alone on the scenario and splits its page loads by the phase of the group that served
 them (``default``: no decision / unknown prefix; ``initial``: an overlap node's initial trials for a new
-profile, §3.1.2; ``cold``: a group's BO model 1; ``steady``: Best / BO model 2 / BO model 3, §3.2.2) and
-by arm and by the configuration served, and prints, per seed, the causal forest's covariates. Degraded = > 5% slower than the default on
-the same page load (tailor.eval.metrics.DEGRADED). Measurement only: the phase label is attached by a
+profile, §3.1.2; ``cold``: a group's BO model 1; ``steady``: Best / BO model 2 / BO model 3, §3.2.2), by
+arm and by the configuration served, and prints, per seed, the causal forest's covariates. Degraded = > 5% slower
+than the default on the same page load (tailor.eval.metrics.DEGRADED). Measurement only: the phase label is attached by a
 wrapper around the policy's ``_draw``; the policy's choices are unchanged.
 """
 
@@ -75,6 +75,13 @@ def breakdown(scenario_name: str, seed: int, sessions: int, params: dict | None 
             "degraded_first_hour": int((bad & (hour == "first hour")).sum())}
 
 
+def add(counter: Counter, table: dict) -> None:
+    """Add one seed's (page loads, degraded[, degraded in the first hour]) per key to the pooled counts."""
+    for key, counts in table.items():
+        for name, value in zip(("n", "bad", "bad1"), counts):
+            counter[key, name] += value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", default="broadband-us")
@@ -91,17 +98,10 @@ def main() -> None:
         print(f"# {a.scenario} seed {seed}: {r['degraded']}/{r['n']} degraded ({100 * r['degraded'] / r['n']:.2f}%), "
               f"{r['degraded_first_hour']} in the first hour; median impr {100 * r['median_imp']:+.1f}%, "
               f"mean {100 * r['mean_imp']:+.1f}%; CF covariates {r['covariates']}")
-        for c, (n, b, b1) in r["by_config"].items():
-            configs[c, "n"] += n
-            configs[c, "bad"] += b
-            configs[c, "bad1"] += b1
-        for w, (n, b) in r["by_site"].items():
-            sites[w, "n"] += n
-            sites[w, "bad"] += b
+        add(configs, r["by_config"])
+        add(sites, r["by_site"])
+        add(total, r["rows"])
         for key, (n, b, b1) in r["rows"].items():
-            total[key, "n"] += n
-            total[key, "bad"] += b
-            total[key, "bad1"] += b1
             print(f"  {key:18s} {n:6d} loads {b:5d} degraded ({100 * b / max(n, 1):5.1f}%), {b1} in first hour")
     keys = sorted({k for k, _ in total})
     alln = sum(total[k, "n"] for k in keys)
@@ -114,13 +114,13 @@ def main() -> None:
     print(f"| all | {alln} | {allb} | {100 * allb / max(alln, 1):.2f}% | 100% | |")
     print("\n| website | page loads | degraded | degraded share on the website | share of all degraded |")
     print("|---|---:|---:|---:|---:|")
-    for w in sorted({w for w, _ in sites}, key=lambda w: -sites[w, "bad"]):
+    for w in sorted({w for w, _ in sites}, key=lambda w: (-sites[w, "bad"], w)):
         n, b = sites[w, "n"], sites[w, "bad"]
         print(f"| {w} | {n} | {b} | {100 * b / max(n, 1):.1f}% | {100 * b / max(allb, 1):.0f}% |")
 
     print("\n| configuration | page loads | degraded | degraded share on it | share of all degraded | of which first hour |")
     print("|---|---:|---:|---:|---:|---:|")
-    for c in sorted({c for c, _ in configs}, key=lambda c: -configs[c, "bad"]):
+    for c in sorted({c for c, _ in configs}, key=lambda c: (-configs[c, "bad"], c)):
         n, b, b1 = configs[c, "n"], configs[c, "bad"], configs[c, "bad1"]
         print(f"| {c} | {n} | {b} | {100 * b / max(n, 1):.1f}% | {100 * b / max(allb, 1):.0f}% | {b1} |")
 

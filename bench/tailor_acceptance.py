@@ -218,12 +218,13 @@ def merge(sources: list[str]) -> dict:
     (e.g. a campaign's measured half beside a rerun of its model half)."""
     runs: dict = {}
     for source in sources:
-        path, _, oracle = str(source).rpartition(":")
+        name, _, oracle = str(source).rpartition(":")
         if oracle not in ORACLES:
-            path, oracle = str(source), ""
-        if not Path(path).exists():
+            name, oracle = str(source), ""
+        path = Path(name)
+        if not path.exists():
             raise SystemExit(f"bench/tailor_acceptance.py: --merge: {path}: no such campaign file")
-        for k, run in load(Path(path))["runs"].items():
+        for k, run in load(path)["runs"].items():
             if oracle and k.split("|")[1] != oracle:
                 continue
             if k in runs and runs[k] != run:

@@ -415,6 +415,11 @@ class TailorPolicy(Policy):
                         "in [0, 1e7] seconds (the shared model's effects come from contrasts within a level cell and an "
                         "epoch of this length, so a level that drifts between epochs is not taken for an effect of the "
                         "configurations played later; 0 = one level per cell over all time, before 2026-11-27)"),
+        "cell_epoch": ("off", lambda v: v in ("off", "on"),
+                       "'on' (a cell's own page loads update its effects within the current level epoch only: the "
+                       "cell's level is its own per epoch, so a level that drifts within a cell is not taken for the "
+                       "effect of the configurations played later; the shared model keeps what earlier epochs taught) "
+                       "or 'off' (one level per cell over all time)"),
         "context_prior": ("gauss", lambda v: v in ("gauss", "student"),
                           "'gauss' (the knob terms' context deviations Gaussian, one variance per block) or 'student' "
                           "(Student-t with 4 degrees of freedom, a scale mixture fitted by EM: a context whose contrast is "
@@ -456,6 +461,8 @@ class TailorPolicy(Policy):
             state["_G"] = unpack_sparse(state["_G"])
             state["_level"], state["_level_past"] = _unpack_levels(state["_level"]), _unpack_levels(state["_level_past"])
         self.__dict__.update(state)
+        if "_stats_now" not in state:  # before ``cell_epoch``
+            self.cell_epoch, self._stats_now, self._stats_epoch = "off", CellRows(2, len(self.space)), 0
         if "_cov_blocks" not in state:
             self._restore_cov()
 
@@ -541,6 +548,8 @@ class TailorPolicy(Policy):
         self._played = CellRows(1, len(space))  # context cell -> sum of times per config (its group: _group)
         self._cusum: dict[str, list[float]] = {}
         self._stats = CellRows(2, len(space))  # cell w/o hour -> (n, sum log y) per config
+        self._stats_now = CellRows(2, len(space))  # the same, the current level epoch only (``cell_epoch``)
+        self._stats_epoch = 0
         self._clients: OrderedDict[str, list] = OrderedDict()  # client address -> [page loads, sum of residuals]
         self._cov_c = [0.0, 0.0]  # sum of residual x the client's earlier mean residual, count
         self._client_var = 0.0  # tau_c^2, re-estimated at plan (0 until then: no offset)
@@ -716,6 +725,11 @@ class TailorPolicy(Policy):
         mean, sd = self._pooled(cells, mean, sd, srow)
         return self._posterior(cells, groups, mean, sd, level, srow)
 
+    def _own(self) -> CellRows:
+        """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
+        epoch's with ``cell_epoch`` on, else all time's."""
+        return self._stats_now if self.cell_epoch == "on" and self.level_epoch > 0 else self._stats
+
     def _pool_key(self, cell: tuple) -> tuple:
         return (cell[0], cell[2]) if self.pool == "website-rtt" else (cell[0],)
 
@@ -793,9 +807,10 @@ class TailorPolicy(Policy):
         widening times kappa, cells x 1), which the budget's bound on a sum needs (:meth:`_sum_slack`)."""
         n = np.zeros(mean.shape)
         total = np.zeros(mean.shape)
-        row = self._stats.find([cell[:5] for cell in cells]) if srow is None else srow
+        own = self._own()
+        row = own.find([cell[:5] for cell in cells]) if srow is None or own is not self._stats else srow
         has = row >= 0
-        n[has], total[has] = self._stats.data[:, row[has]]
+        n[has], total[has] = own.data[:, row[has]]
         if isinstance(groups, tuple):  # (the distinct groups, each cell's index into them)
             names, gidx = groups
         else:
@@ -1014,7 +1029,8 @@ class TailorPolicy(Policy):
         raw = math.log(y)
         offset = self._offset(ctx)
         logy = raw - offset  # the client's persistent part, estimated from its earlier page loads, taken out
-        n_cell = self._stats[cell[:5]][0].sum() if cell[:5] in self._stats else 0.0
+        own = self._own()
+        n_cell = own[cell[:5]][0].sum() if cell[:5] in own else 0.0
         if self._n and n_cell >= 10:  # a residual means something once the model is fitted and the cell's level known
             self._client_update(ctx, raw - level - float(mean[c]))
         self._learn_website(cell[0], outcome.bytes)
@@ -1052,6 +1068,11 @@ class TailorPolicy(Policy):
             self._gss[group] = (ss + n[c] / (n[c] + 1.0) * (logy - total[c] / n[c]) ** 2, dof + 1)
         n[c] += 1
         total[c] += logy
+        if own is not self._stats:
+            i = own.row(cell[:5])  # (may grow the arrays: the row first)
+            n, total = own.data[:, i]
+            n[c] += 1
+            total[c] += logy
 
     def _learn_website(self, site: str, nbytes: int) -> None:
         """A website's own model entry (while entries are free) and its size, fixed at its first page load."""
@@ -1062,8 +1083,9 @@ class TailorPolicy(Policy):
 
     def _forget(self, group: str) -> None:
         """A change-point alarm: the group's cells' own data are forgotten (their rows zeroed)."""
-        rows = [i for i, key in enumerate(self._stats.keys_) if self._group(key) == group]
-        self._stats.data[:, rows] = 0.0
+        for stats in (self._stats, self._stats_now):
+            rows = [i for i, key in enumerate(stats.keys_) if self._group(key) == group]
+            stats.data[:, rows] = 0.0
 
     def _observe_batch(self, items: Sequence[tuple[Context, Decision, Outcome]]) -> None:
         with threadpool_limits(1):  # products of a few thousand rows: threads cost more than they bring
@@ -1122,7 +1144,9 @@ class TailorPolicy(Policy):
             shrink = self._sigma2 / self._client_var
             logy -= np.fromiter((h[1] / (h[0] + shrink) if (h := self._clients.get(i)) is not None else 0.0
                                  for i in ids), float, m)
-        n_level = np.where(lrow >= 0, self._stats.data[0, lrow].sum(axis=1), 0.0)
+        own = self._own()
+        orow = lrow if own is self._stats else own.find(level_cells)
+        n_level = np.where(orow >= 0, own.data[0, orow].sum(axis=1), 0.0)
         lidx = l_cell[inv]
         live = (n_level[lidx] >= 10) & (self._n > 0)  # the model is fitted and the cell's level known
         resid = raw - level - mean
@@ -1176,6 +1200,10 @@ class TailorPolicy(Policy):
                 self._gss[names[j]] = (ss + float(ss_g[j]), dof + int(round(dof_g[j])))
             self._stats.data[0, row] += nb
             self._stats.data[1, row] += sb
+            if own is not self._stats:
+                row = own.rows([level_cells[i] for i in touched.tolist()])
+                own.data[0, row] += nb
+                own.data[1, row] += sb
         # the shared model's rows since the last plan
         row = self._rows.rows(cells)
         self._rows.data[0, row] += np.bincount(pair, minlength=len(cells) * n_cfg).reshape(len(cells), n_cfg)
@@ -1223,6 +1251,9 @@ class TailorPolicy(Policy):
     # -- slow loop: refit the shared model
     def _plan(self, now: float) -> None:
         self._now = now
+        if self.level_epoch > 0 and int(now // self.level_epoch) != self._stats_epoch:
+            self._stats_now.clear()  # a new level epoch: the cells' own levels start again (``cell_epoch``)
+            self._stats_epoch = int(now // self.level_epoch)
         self._recent = {}
         if len(self._rows):
             self._fold_rows()

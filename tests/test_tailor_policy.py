@@ -401,15 +401,18 @@ def test_level_epochs_keep_a_drifting_level_out_of_the_effects(epoch):
         assert effect < -0.15, effect  # the drift, log 0.7 = -0.36, diluted by the later baseline page loads
 
 
-@pytest.mark.parametrize("cell_epoch", ["off", "on"])
+@pytest.mark.parametrize("cell_epoch", ["off", "on", "contrast"])
 def test_cell_epochs_keep_a_drifting_level_out_of_a_cell_s_own_effects(cell_epoch):
     """``cell_epoch``: the world of the level-epoch test above (everything 30% faster from t = 3,300 s, one truly
     neutral configuration played on 80% of the page loads from then on, the baseline before). The shared model
     (level epochs of 1,800 s) sees no effect; a cell's own posterior, read before the last epoch ends, still
     credits the configuration with the drift when the cell keeps one level over all time (its baseline page loads
     came earlier), and not when its own page loads count within the current epoch only, where the configuration
-    and the baseline were served side by side. The change test is kept quiet (``cusum_h``): it would forget the
-    cells' data at an abrupt drift like this one, which the simulated worlds' drifts are not."""
+    and the baseline were served side by side, nor when the ended epochs count by their own contrasts with the
+    baseline (``contrast``; the configuration is played from 3,600 s here, an epoch's start, so that no ended
+    epoch holds both it and the drift). The
+    change test is kept quiet (``cusum_h``): it would forget the cells' data at an abrupt drift like this one,
+    which the simulated worlds' drifts are not."""
     pol, space = _policy(level_epoch=1800.0, cell_epoch=cell_epoch, cusum_h=1000.0)
     rng = np.random.default_rng(17)
     other = _one_knob(pol, space, "tcp.initial_cwnd", 10)
@@ -418,7 +421,7 @@ def test_cell_epochs_keep_a_drifting_level_out_of_a_cell_s_own_effects(cell_epoc
         if k and k % 300 == 0:
             pol.plan(ctx.time_s, compile=False)
         later = ctx.time_s >= 3300.0
-        c = other if later and rng.random() < 0.8 else pol.baseline_index
+        c = other if ctx.time_s >= 3600.0 and rng.random() < 0.8 else pol.baseline_index
         y = POPULATIONS[pop]["base_ms"] * (0.7 if later else 1.0) * (1.0 + 0.1 * rng.gamma(4.0, 1.0))
         pol.observe(ctx, Decision(c, 1.0, pol.group_of(ctx), "explore"), Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0,
                                                                                   100_000))
@@ -428,9 +431,10 @@ def test_cell_epochs_keep_a_drifting_level_out_of_a_cell_s_own_effects(cell_epoc
     assert abs(float(np.mean(shared[:, other]))) < 0.05
     own, sd, _, _ = pol._effects_many(cells, [pol._group(c) for c in cells])
     effect = float(np.mean(own[:, other]))
-    if cell_epoch == "on":
+    if cell_epoch != "off":
         assert len(pol._stats_now) and all(pol._stats_now[lc][0].sum() <= pol._stats[lc][0].sum() for lc in pol._stats_now)
         assert abs(effect) < 0.05, effect
+        assert len(pol._stats_past) == (len(pol._stats) if cell_epoch == "contrast" else 0)
     else:
         assert effect < -0.1, effect
 

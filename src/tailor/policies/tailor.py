@@ -415,11 +415,12 @@ class TailorPolicy(Policy):
                         "in [0, 1e7] seconds (the shared model's effects come from contrasts within a level cell and an "
                         "epoch of this length, so a level that drifts between epochs is not taken for an effect of the "
                         "configurations played later; 0 = one level per cell over all time, before 2026-11-27)"),
-        "cell_epoch": ("off", lambda v: v in ("off", "on"),
+        "cell_epoch": ("off", lambda v: v in ("off", "on", "contrast"),
                        "'on' (a cell's own page loads update its effects within the current level epoch only: the "
                        "cell's level is its own per epoch, so a level that drifts within a cell is not taken for the "
-                       "effect of the configurations played later; the shared model keeps what earlier epochs taught) "
-                       "or 'off' (one level per cell over all time)"),
+                       "effect of the configurations played later; the shared model keeps what earlier epochs taught), "
+                       "'contrast' (as 'on', and each ended epoch's contrasts of a configuration with the baseline in "
+                       "the cell update the cell's prior) or 'off' (one level per cell over all time)"),
         "context_prior": ("gauss", lambda v: v in ("gauss", "student"),
                           "'gauss' (the knob terms' context deviations Gaussian, one variance per block) or 'student' "
                           "(Student-t with 4 degrees of freedom, a scale mixture fitted by EM: a context whose contrast is "
@@ -463,6 +464,8 @@ class TailorPolicy(Policy):
         self.__dict__.update(state)
         if "_stats_now" not in state:  # before ``cell_epoch``
             self.cell_epoch, self._stats_now, self._stats_epoch = "off", CellRows(2, len(self.space)), 0
+        if "_stats_past" not in state:
+            self._stats_past = CellRows(2, len(self.space))
         if "_cov_blocks" not in state:
             self._restore_cov()
 
@@ -550,6 +553,9 @@ class TailorPolicy(Policy):
         self._stats = CellRows(2, len(space))  # cell w/o hour -> (n, sum log y) per config
         self._stats_now = CellRows(2, len(space))  # the same, the current level epoch only (``cell_epoch``)
         self._stats_epoch = 0
+        # ``cell_epoch='contrast'``: per cell and configuration, the ended epochs' contrasts with the baseline:
+        # their weights n_c n_b / (n_c + n_b) and weighted differences of mean log time
+        self._stats_past = CellRows(2, len(space))
         self._clients: OrderedDict[str, list] = OrderedDict()  # client address -> [page loads, sum of residuals]
         self._cov_c = [0.0, 0.0]  # sum of residual x the client's earlier mean residual, count
         self._client_var = 0.0  # tau_c^2, re-estimated at plan (0 until then: no offset)
@@ -728,7 +734,7 @@ class TailorPolicy(Policy):
     def _own(self) -> CellRows:
         """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
         epoch's with ``cell_epoch`` on, else all time's."""
-        return self._stats_now if self.cell_epoch == "on" and self.level_epoch > 0 else self._stats
+        return self._stats_now if self.cell_epoch != "off" and self.level_epoch > 0 else self._stats
 
     def _pool_key(self, cell: tuple) -> tuple:
         return (cell[0], cell[2]) if self.pool == "website-rtt" else (cell[0],)
@@ -823,6 +829,13 @@ class TailorPolicy(Policy):
         if getattr(self, "_tau2_group", None):
             tau2 = np.array([self._tau2_group.get(g, self._tau2) for g in names])[gidx][:, None]
         v0 = np.maximum(sd ** 2 + tau2, 1e-12)
+        if self.cell_epoch == "contrast" and self.level_epoch > 0 and len(self._stats_past):
+            prow = self._stats_past.find([cell[:5] for cell in cells])
+            if (prow >= 0).any():  # the ended epochs' contrasts update the prior of the current epoch's joint posterior
+                w, wd = np.zeros(mean.shape), np.zeros(mean.shape)
+                w[prow >= 0], wd[prow >= 0] = self._stats_past.data[:, prow[prow >= 0]]
+                prec = 1.0 / v0 + w / s2
+                mean, v0 = (mean / v0 + wd / s2) / prec, 1.0 / prec
         if getattr(self, "cell_level", "joint") == "joint":
             base, base_var, delta, var, prior_weight = self._joint_cell(n, total, mean, v0, level, s2)
         else:  # the level estimated with the shared effects taken as known, then the effects given that level
@@ -1083,7 +1096,7 @@ class TailorPolicy(Policy):
 
     def _forget(self, group: str) -> None:
         """A change-point alarm: the group's cells' own data are forgotten (their rows zeroed)."""
-        for stats in (self._stats, self._stats_now):
+        for stats in (self._stats, self._stats_now, self._stats_past):
             rows = [i for i, key in enumerate(stats.keys_) if self._group(key) == group]
             stats.data[:, rows] = 0.0
 
@@ -1252,6 +1265,8 @@ class TailorPolicy(Policy):
     def _plan(self, now: float) -> None:
         self._now = now
         if self.level_epoch > 0 and int(now // self.level_epoch) != self._stats_epoch:
+            if self.cell_epoch == "contrast":
+                self._keep_contrasts()
             self._stats_now.clear()  # a new level epoch: the cells' own levels start again (``cell_epoch``)
             self._stats_epoch = int(now // self.level_epoch)
         self._recent = {}
@@ -1274,6 +1289,29 @@ class TailorPolicy(Policy):
         if self._cov_c[1] >= 50:
             self._client_var = float(np.clip(self._cov_c[0] / self._cov_c[1], 0.0, 4.0))
         self._reprice()
+
+    def _keep_contrasts(self) -> None:
+        """An epoch ends (``cell_epoch='contrast'``): per cell, each configuration's contrast with the baseline within
+        the epoch (difference of mean log times, weight n_c n_b / (n_c + n_b), as a fixed-effects fit weighs it) is
+        added to the cell's ended-epoch contrasts; a configuration the cell did not play beside the baseline adds
+        nothing (it cannot tell the epoch's level from its effect)."""
+        now = self._stats_now
+        if not len(now):
+            return
+        n, total = now.used()
+        b = self._base
+        nb, tb = n[:, [b]], total[:, [b]]
+        ok = (n > 0) & (nb > 0)
+        ok[:, b] = False
+        rows = np.flatnonzero(ok.any(axis=1))
+        if not len(rows):
+            return
+        n, total, nb, tb, ok = n[rows], total[rows], nb[rows], tb[rows], ok[rows]
+        w = np.where(ok, n * nb / np.maximum(n + nb, 1.0), 0.0)
+        d = np.where(ok, total / np.maximum(n, 1.0) - tb / np.maximum(nb, 1.0), 0.0)
+        prow = self._stats_past.rows([now.keys_[i] for i in rows.tolist()])
+        self._stats_past.data[0, prow] += w
+        self._stats_past.data[1, prow] += w * d
 
     def _fold_rows(self) -> None:
         """Add the page loads since the last plan to the shared model's sufficient statistics: their rows' Gram

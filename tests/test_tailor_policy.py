@@ -410,9 +410,8 @@ def test_cell_epochs_keep_a_drifting_level_out_of_a_cell_s_own_effects(cell_epoc
     came earlier), and not when its own page loads count within the current epoch only, where the configuration
     and the baseline were served side by side, nor when the ended epochs count by their own contrasts with the
     baseline (``contrast``; the configuration is played from 3,600 s here, an epoch's start, so that no ended
-    epoch holds both it and the drift). The
-    change test is kept quiet (``cusum_h``): it would forget the cells' data at an abrupt drift like this one,
-    which the simulated worlds' drifts are not."""
+    epoch holds both it and the drift). The change test is kept quiet (``cusum_h``): it would forget the cells'
+    data at an abrupt drift like this one, which the simulated worlds' drifts are not."""
     pol, space = _policy(level_epoch=1800.0, cell_epoch=cell_epoch, cusum_h=1000.0)
     rng = np.random.default_rng(17)
     other = _one_knob(pol, space, "tcp.initial_cwnd", 10)

@@ -733,7 +733,7 @@ class TailorPolicy(Policy):
 
     def _own(self) -> CellRows:
         """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
-        epoch's with ``cell_epoch`` on, else all time's."""
+        epoch's with ``cell_epoch`` 'on' or 'contrast', else all time's."""
         return self._stats_now if self.cell_epoch != "off" and self.level_epoch > 0 else self._stats
 
     def _pool_key(self, cell: tuple) -> tuple:

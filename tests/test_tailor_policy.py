@@ -371,6 +371,25 @@ def test_the_misfit_is_estimated_per_client_group_from_contrasts():
     assert max(tau_slow) > 1.3 * max(tau_fast)
 
 
+def _drifting_world(pol, space, n: int, played_from: float) -> tuple[int, list[tuple]]:
+    """Feed n page loads (one a second, a plan every 300) of a world whose page loads all get 30% faster at t =
+    3,300 s, where one truly neutral configuration (IW 10 one knob from the baseline) is played on 80% of the page
+    loads from ``played_from`` on and the baseline on the rest. Returns that configuration and the cells seen."""
+    rng = np.random.default_rng(17)
+    other = _one_knob(pol, space, "tcp.initial_cwnd", 10)
+    cells = set()
+    for k, (pop, ctx) in enumerate(_contexts(rng, n)):
+        if k and k % 300 == 0:
+            pol.plan(ctx.time_s, compile=False)
+        later = ctx.time_s >= 3300.0
+        c = other if ctx.time_s >= played_from and rng.random() < 0.8 else pol.baseline_index
+        y = POPULATIONS[pop]["base_ms"] * (0.7 if later else 1.0) * (1.0 + 0.1 * rng.gamma(4.0, 1.0))
+        pol.observe(ctx, Decision(c, 1.0, pol.group_of(ctx), "explore"), Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0,
+                                                                                  100_000))
+        cells.add(pol._cell(ctx))
+    return other, sorted(cells)
+
+
 @pytest.mark.parametrize("epoch", [0.0, 1800.0])
 def test_level_epochs_keep_a_drifting_level_out_of_the_effects(epoch):
     """``level_epoch``: a world whose page loads all get 30% faster at t = 3,300 s, while the configurations
@@ -379,20 +398,10 @@ def test_level_epochs_keep_a_drifting_level_out_of_the_effects(epoch):
     model credits the configuration with the drift (its loads came later); with the cells' levels per epoch its
     effect comes only from contrasts within an epoch, i.e. from page loads served side by side."""
     pol, space = _policy(level_epoch=epoch)
-    rng = np.random.default_rng(17)
-    other = _one_knob(pol, space, "tcp.initial_cwnd", 10)
-    cells = set()
-    for k, (pop, ctx) in enumerate(_contexts(rng, 7200)):
-        if k and k % 300 == 0:
-            pol.plan(ctx.time_s, compile=False)
-        later = ctx.time_s >= 3300.0  # folded from the plan at 3,600 s on: epoch 2 of 1,800 s
-        c = other if later and rng.random() < 0.8 else pol.baseline_index
-        y = POPULATIONS[pop]["base_ms"] * (0.7 if later else 1.0) * (1.0 + 0.1 * rng.gamma(4.0, 1.0))
-        pol.observe(ctx, Decision(c, 1.0, pol.group_of(ctx), "explore"), Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0,
-                                                                                  100_000))
-        cells.add(pol._cell(ctx))
+    # the drift and the switch together at 3,300 s: folded from the plan at 3,600 s on, epoch 2 of 1,800 s
+    other, cells = _drifting_world(pol, space, 7200, played_from=3300.0)
     pol.plan(7200.0, compile=False)
-    _, mean, _, _ = pol._predict_many(sorted(cells))
+    _, mean, _, _ = pol._predict_many(cells)
     effect = float(np.mean(mean[:, other]))
     if epoch:
         assert abs(effect) < 0.05, effect
@@ -413,19 +422,7 @@ def test_cell_epochs_keep_a_drifting_level_out_of_a_cell_s_own_effects(cell_epoc
     epoch holds both it and the drift). The change test is kept quiet (``cusum_h``): it would forget the cells'
     data at an abrupt drift like this one, which the simulated worlds' drifts are not."""
     pol, space = _policy(level_epoch=1800.0, cell_epoch=cell_epoch, cusum_h=1000.0)
-    rng = np.random.default_rng(17)
-    other = _one_knob(pol, space, "tcp.initial_cwnd", 10)
-    cells = set()
-    for k, (pop, ctx) in enumerate(_contexts(rng, 7000)):
-        if k and k % 300 == 0:
-            pol.plan(ctx.time_s, compile=False)
-        later = ctx.time_s >= 3300.0
-        c = other if ctx.time_s >= 3600.0 and rng.random() < 0.8 else pol.baseline_index
-        y = POPULATIONS[pop]["base_ms"] * (0.7 if later else 1.0) * (1.0 + 0.1 * rng.gamma(4.0, 1.0))
-        pol.observe(ctx, Decision(c, 1.0, pol.group_of(ctx), "explore"), Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0,
-                                                                                  100_000))
-        cells.add(pol._cell(ctx))
-    cells = sorted(cells)
+    other, cells = _drifting_world(pol, space, 7000, played_from=3600.0)
     _, shared, _, _ = pol._predict_many(cells)
     assert abs(float(np.mean(shared[:, other]))) < 0.05
     own, sd, _, _ = pol._effects_many(cells, [pol._group(c) for c in cells])

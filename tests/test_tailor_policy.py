@@ -7,6 +7,7 @@ controls the truth: the time every configuration would give every page load.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -433,6 +434,42 @@ def test_cell_epochs_keep_a_drifting_level_out_of_a_cell_s_own_effects(cell_epoc
         assert len(pol._stats_past) == (len(pol._stats) if cell_epoch == "contrast" else 0)
     else:
         assert effect < -0.1, effect
+
+
+@pytest.mark.parametrize("cell_lag", ["off", "plan"])
+def test_cell_lag_holds_a_cell_s_own_outcomes_until_the_next_plan(cell_lag):
+    """``cell_lag='plan'``: a cell's decisions read its own page loads as of the last plan, so outcomes that arrive
+    between plans (here 40 page loads of one configuration, each 40% faster than the cell's level) do not move the
+    posterior a decision reads (but through the group's noise estimate) until the next plan, while the learning side (the current statistics) has them at
+    once; with 'off' the decisions read them at once too."""
+    pol, space = _policy(cell_lag=cell_lag)
+    other, cells = _drifting_world(pol, space, 3000, played_from=0.0)
+    pol.plan(3000.0, compile=False)
+    _, ctx = next(_contexts(np.random.default_rng(5), 1, t0=3001.0))
+    cell, group = pol._cell(ctx), pol._group(pol._cell(ctx))
+
+    def deciding() -> np.ndarray:
+        pol._deciding = True
+        try:
+            return pol._effects(cell, group)[0]
+        finally:
+            pol._deciding = False
+
+    before, learned = deciding(), pol._effects(cell, group)[0]
+    np.testing.assert_allclose(before, learned)  # at a plan both read the same page loads
+    level = pol._effects(cell, group)[2]
+    for k in range(40):
+        c = replace(ctx, time_s=3001.0 + k, session=f"lag{k}")
+        pol.observe(c, Decision(other, 1.0, pol.group_of(c), "exploit"), Outcome(0.6 * math.exp(level), 10.0,
+                                                                                  ctx.handshake_rtt_ms, 0.0, 100_000))
+    moved = pol._effects(cell, group)[0][other]
+    assert moved < learned[other] - 0.05  # the cell's own data say faster
+    if cell_lag == "plan":  # (the group's noise estimate, which the posterior also reads, moves at once)
+        assert abs(deciding()[other] - before[other]) < 0.02
+        pol.plan(3100.0, compile=False)
+        assert deciding()[other] < before[other] - 0.05
+    else:
+        assert deciding()[other] == pytest.approx(moved)
 
 
 @pytest.mark.parametrize("cell_epoch", ["off", "on"])

@@ -311,6 +311,13 @@ class CellRows:
             data[:, :self.data.shape[1]] = self.data
             self.data = data
 
+    def snapshot(self) -> CellRows:
+        """A copy of the rows in use (their arrays sized to them)."""
+        out = CellRows(self.data.shape[0], self.data.shape[2])
+        out.keys_, out.index = list(self.keys_), dict(self.index)
+        out.data = self.used().copy() if len(self.keys_) else out.data
+        return out
+
     def clear(self) -> None:
         """Forget every row (and the arrays' memory)."""
         self.index, self.keys_ = {}, []
@@ -421,6 +428,10 @@ class TailorPolicy(Policy):
                        "effect of the configurations played later; the shared model keeps what earlier epochs taught), "
                        "'contrast' (as 'on', and each ended epoch's contrasts of a configuration with the baseline in "
                        "the cell update the cell's prior) or 'off' (one level per cell over all time)"),
+        "cell_lag": ("off", lambda v: v in ("off", "plan"),
+                     "'plan' (decisions read a cell's own page loads as of the last plan: an outcome changes the cell's "
+                     "choice only at the next plan, so a configuration is not replayed while the conditions that made it "
+                     "look fast last) or 'off' (every outcome at once)"),
         "context_prior": ("gauss", lambda v: v in ("gauss", "student"),
                           "'gauss' (the knob terms' context deviations Gaussian, one variance per block) or 'student' "
                           "(Student-t with 4 degrees of freedom, a scale mixture fitted by EM: a context whose contrast is "
@@ -466,6 +477,8 @@ class TailorPolicy(Policy):
             self.cell_epoch, self._stats_now, self._stats_epoch = "off", CellRows(2, len(self.space)), 0
         if "_stats_past" not in state:
             self._stats_past = CellRows(2, len(self.space))
+        if "_stats_lag" not in state:  # before ``cell_lag``
+            self.cell_lag, self._stats_lag, self._deciding = "off", CellRows(2, len(self.space)), False
         if "_cov_blocks" not in state:
             self._restore_cov()
 
@@ -552,6 +565,8 @@ class TailorPolicy(Policy):
         self._cusum: dict[str, list[float]] = {}
         self._stats = CellRows(2, len(space))  # cell w/o hour -> (n, sum log y) per config
         self._stats_now = CellRows(2, len(space))  # the same, the current level epoch only (``cell_epoch``)
+        self._stats_lag = CellRows(2, len(space))  # the same as of the last plan (``cell_lag``)
+        self._deciding = False
         self._stats_epoch = 0
         # ``cell_epoch='contrast'``: per cell and configuration, the ended epochs' contrasts with the baseline:
         # their weights n_c n_b / (n_c + n_b) and weighted differences of mean log time
@@ -734,6 +749,8 @@ class TailorPolicy(Policy):
     def _own(self) -> CellRows:
         """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
         epoch's with ``cell_epoch`` 'on' or 'contrast', else all time's."""
+        if self._deciding and self.cell_lag == "plan":
+            return self._stats_lag
         return self._stats_now if self.cell_epoch != "off" and self.level_epoch > 0 else self._stats
 
     def _pool_key(self, cell: tuple) -> tuple:
@@ -913,7 +930,11 @@ class TailorPolicy(Policy):
     def _select(self, ctx: Context) -> Decision:
         cell = self._cell(ctx)
         group, gid = self._group(cell), self._gid(cell)
-        mean, sd, level, level_var = self._effects(cell, group)
+        self._deciding = True
+        try:
+            mean, sd, level, level_var = self._effects(cell, group)
+        finally:
+            self._deciding = False
         default = self._base
         ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
@@ -1096,7 +1117,7 @@ class TailorPolicy(Policy):
 
     def _forget(self, group: str) -> None:
         """A change-point alarm: the group's cells' own data are forgotten (their rows zeroed)."""
-        for stats in (self._stats, self._stats_now, self._stats_past):
+        for stats in (self._stats, self._stats_now, self._stats_past, self._stats_lag):
             rows = [i for i, key in enumerate(stats.keys_) if self._group(key) == group]
             stats.data[:, rows] = 0.0
 
@@ -1289,6 +1310,8 @@ class TailorPolicy(Policy):
         if self._cov_c[1] >= 50:
             self._client_var = float(np.clip(self._cov_c[0] / self._cov_c[1], 0.0, 4.0))
         self._reprice()
+        if self.cell_lag == "plan":
+            self._stats_lag = self._own().snapshot()
 
     def _keep_contrasts(self) -> None:
         """An epoch ends (``cell_epoch='contrast'``): per cell, each configuration's contrast with the baseline within

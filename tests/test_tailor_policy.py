@@ -440,8 +440,8 @@ def test_cell_epochs_keep_a_drifting_level_out_of_a_cell_s_own_effects(cell_epoc
 def test_cell_lag_holds_a_cell_s_own_outcomes_until_the_next_plan(cell_lag):
     """``cell_lag='plan'``: a cell's decisions read its own page loads as of the last plan, so outcomes that arrive
     between plans (here 40 page loads of one configuration, each 40% faster than the cell's level) do not move the
-    posterior a decision reads (but through the group's noise estimate) until the next plan, while the learning side (the current statistics) has them at
-    once; with 'off' the decisions read them at once too."""
+    posterior a decision reads (but through the group's noise estimate) until the next plan, while the learning
+    side (the current statistics) has them at once; with 'off' the decisions read them at once too."""
     pol, space = _policy(cell_lag=cell_lag)
     other, cells = _drifting_world(pol, space, 3000, played_from=0.0)
     pol.plan(3000.0, compile=False)

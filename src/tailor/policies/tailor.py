@@ -747,8 +747,9 @@ class TailorPolicy(Policy):
         return self._posterior(cells, groups, mean, sd, level, srow)
 
     def _own(self) -> CellRows:
-        """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
-        epoch's with ``cell_epoch`` 'on' or 'contrast', else all time's."""
+        """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): while ``_select``
+        decides with ``cell_lag`` 'plan', the snapshot of the last plan; else the current level epoch's with
+        ``cell_epoch`` 'on' or 'contrast', else all time's."""
         if self._deciding and self.cell_lag == "plan":
             return self._stats_lag
         return self._stats_now if self.cell_epoch != "off" and self.level_epoch > 0 else self._stats

@@ -14,6 +14,8 @@ slower than the registry default on the same page load (:data:`tailor.eval.metri
 * with the measured oracle: the page loads whose true condition lies beyond the measured conditions of the workload
   the oracle takes its ratios from (slower, faster or lossier than any measured one), and their share of `tailor`'s
   and the baseline's degraded page loads: there the oracle extrapolates;
+* the default guard's test on the baseline at each decision (ruled out by the posterior mean, by its sd only, or
+  kept), with how often the baseline was truly degraded in each group and what `tailor` served there;
 * at the page loads `tailor` served on the baseline while the baseline was degraded: the policy's posterior (mean
   and sd of the effect against the baseline, log time) of the default configuration and of the configuration that
   is truly best there, against the true effects.
@@ -82,6 +84,31 @@ def table(rows: list[tuple], header: str) -> None:
     print("|" + "---|" * (header.count("|") - 1))
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")
+
+
+def guard_test(policy, post_mean: np.ndarray, post_sd: np.ndarray, base_deg: np.ndarray, arm: np.ndarray,
+               off: np.ndarray, deg: np.ndarray) -> None:
+    """The default guard's test on the baseline at each decision (:meth:`TailorPolicy._bounds` on the posterior the
+    decision read): ruled out on the mean alone (the baseline *expected* more than 5% slower than the registry
+    default), on the sd only (expected within 5%, but not at ``guard`` sd), or kept; per group of page loads how
+    often the baseline was truly degraded there and what `tailor` served."""
+    if policy.guard == "off" or policy._base == policy.space.default_index:
+        return
+    d, b = policy.space.default_index, policy._base
+    gap = post_mean[:, b] - post_mean[:, d]
+    sd = np.sqrt(post_sd[:, b] ** 2 + post_sd[:, d] ** 2)
+    by_mean = gap > SLOWER
+    by_sd = ~by_mean & (gap + float(policy.guard) * sd > SLOWER)
+    rows = []
+    for what, on in (("ruled out by the mean", by_mean), ("ruled out by the sd only", by_sd),
+                     ("kept", ~by_mean & ~by_sd)):
+        if not on.any():
+            continue
+        served = ", ".join(f"{a} {100 * np.mean(arm[on] == a):.0f}%" for a in sorted(set(arm[on].tolist())))
+        rows.append((what, int(on.sum()), f"{100 * base_deg[on].mean():.2f}%", f"{np.median(sd[on]):.3f}",
+                     f"{100 * off[on].mean():.0f}%", f"{100 * deg[on].mean():.2f}%", served))
+    table(rows, "\n| the guard on the baseline | page loads | baseline truly degraded | contrast sd (median) | "
+                "served off the baseline | tailor degraded | arms |")
 
 
 def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params: dict, top: int, check: bool) -> None:
@@ -155,6 +182,7 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
                  f"{100 * (base_deg & on).sum() / max(base_deg.sum(), 1):.0f}%") for what, on in outside.items()]
         table(rows, "\n| where the measured oracle extrapolates (beyond its website's measured conditions) | page loads | "
                     "share | of tailor's degraded | of the baseline's degraded |")
+    guard_test(policy, post_mean, post_sd, base_deg, arm, rec["config"] != base, deg)
     stuck = np.flatnonzero(base_deg & (rec["config"] == base))
     if len(stuck):
         mean, sd = post_mean[stuck], post_sd[stuck]

@@ -95,10 +95,10 @@ def guard_test(policy, post_mean: np.ndarray, post_sd: np.ndarray, base_deg: np.
     if policy.guard == "off" or policy._base == policy.space.default_index:
         return
     d, b = policy.space.default_index, policy._base
-    gap = post_mean[:, b] - post_mean[:, d]
+    ruled_out = np.array([not policy._bounds(m, v)[1][b] for m, v in zip(post_mean, post_sd)])
+    by_mean = post_mean[:, b] - post_mean[:, d] > SLOWER
+    by_sd = ruled_out & ~by_mean
     sd = np.sqrt(post_sd[:, b] ** 2 + post_sd[:, d] ** 2)
-    by_mean = gap > SLOWER
-    by_sd = ~by_mean & (gap + float(policy.guard) * sd > SLOWER)
     rows = []
     for what, on in (("ruled out by the mean", by_mean), ("ruled out by the sd only", by_sd),
                      ("kept", ~by_mean & ~by_sd)):

@@ -448,12 +448,8 @@ def test_cell_lag_holds_a_cell_s_own_outcomes_until_the_next_plan(cell_lag):
     _, ctx = next(_contexts(np.random.default_rng(5), 1, t0=3001.0))
     cell, group = pol._cell(ctx), pol._group(pol._cell(ctx))
 
-    def deciding() -> np.ndarray:
-        pol._deciding = True
-        try:
-            return pol._effects(cell, group)[0]
-        finally:
-            pol._deciding = False
+    def deciding() -> np.ndarray:  # what _select reads
+        return pol._effects(cell, group, pol._stats_lag if cell_lag == "plan" else None)[0]
 
     before, learned = deciding(), pol._effects(cell, group)[0]
     np.testing.assert_allclose(before, learned)  # at a plan both read the same page loads

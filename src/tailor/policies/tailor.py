@@ -315,7 +315,7 @@ class CellRows:
         """A copy of the rows in use (their arrays sized to them)."""
         out = CellRows(self.data.shape[0], self.data.shape[2])
         out.keys_, out.index = list(self.keys_), dict(self.index)
-        out.data = self.used().copy() if len(self.keys_) else out.data
+        out.data = self.used().copy()
         return out
 
     def clear(self) -> None:
@@ -478,7 +478,7 @@ class TailorPolicy(Policy):
         if "_stats_past" not in state:
             self._stats_past = CellRows(2, len(self.space))
         if "_stats_lag" not in state:  # before ``cell_lag``
-            self.cell_lag, self._stats_lag, self._deciding = "off", CellRows(2, len(self.space)), False
+            self.cell_lag, self._stats_lag = "off", CellRows(2, len(self.space))
         if "_cov_blocks" not in state:
             self._restore_cov()
 
@@ -566,7 +566,6 @@ class TailorPolicy(Policy):
         self._stats = CellRows(2, len(space))  # cell w/o hour -> (n, sum log y) per config
         self._stats_now = CellRows(2, len(space))  # the same, the current level epoch only (``cell_epoch``)
         self._stats_lag = CellRows(2, len(space))  # the same as of the last plan (``cell_lag``)
-        self._deciding = False
         self._stats_epoch = 0
         # ``cell_epoch='contrast'``: per cell and configuration, the ended epochs' contrasts with the baseline:
         # their weights n_c n_b / (n_c + n_b) and weighted differences of mean log time
@@ -728,10 +727,10 @@ class TailorPolicy(Policy):
             hit = self._cells[cell] = (psi[0], mean[0], sd[0], float(level[0]))
         return hit
 
-    def _effects(self, cell: tuple, group: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """:meth:`_posterior` of one cell (its pooled shared prediction cached)."""
+    def _effects(self, cell: tuple, group: str, own: CellRows | None = None) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """:meth:`_posterior` of one cell (its pooled shared prediction cached); ``own``: as there."""
         _, mean, sd, level = self._predict(cell)
-        delta, sd, base, base_var = self._posterior([cell], [group], mean[None], sd[None], np.array([level]))
+        delta, sd, base, base_var = self._posterior([cell], [group], mean[None], sd[None], np.array([level]), own=own)
         return delta[0], sd[0], float(base[0]), float(base_var[0])
 
     def _effects_many(self, cells: Sequence[tuple], groups: Sequence[str] | tuple[list[str], np.ndarray],
@@ -747,11 +746,9 @@ class TailorPolicy(Policy):
         return self._posterior(cells, groups, mean, sd, level, srow)
 
     def _own(self) -> CellRows:
-        """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): while ``_select``
-        decides with ``cell_lag`` 'plan', the snapshot of the last plan; else the current level epoch's with
-        ``cell_epoch`` 'on' or 'contrast', else all time's."""
-        if self._deciding and self.cell_lag == "plan":
-            return self._stats_lag
+        """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
+        epoch's with ``cell_epoch`` 'on' or 'contrast', else all time's (``_select`` with ``cell_lag`` 'plan' reads
+        their snapshot at the last plan instead, ``_stats_lag``)."""
         return self._stats_now if self.cell_epoch != "off" and self.level_epoch > 0 else self._stats
 
     def _pool_key(self, cell: tuple) -> tuple:
@@ -821,17 +818,18 @@ class TailorPolicy(Policy):
         self._pool_index = {key: len(on) + g for key, g in names.items()}
 
     def _posterior(self, cells: Sequence[tuple], groups: Sequence[str] | tuple[list[str], np.ndarray], mean: np.ndarray,
-                   sd: np.ndarray, level: np.ndarray, srow: np.ndarray | None = None, detail: bool = False
-                   ) -> tuple:
+                   sd: np.ndarray, level: np.ndarray, srow: np.ndarray | None = None, detail: bool = False,
+                   own: CellRows | None = None) -> tuple:
         """Posterior mean and sd of delta(x, c) for every configuration in each cell, the cell's log baseline level
         and that level's posterior variance: the shared model is the prior of the cell's own page loads
         (normal-normal, prior variance = the model's parameter variance + its misfit tau^2), so a cell with no
         data is the shared model and a cell with many page loads is its own data. ``detail``: also the weight of
         the prior in the posterior mean, var / v0 (cells x configurations), and the sd's scale (the alarm's
-        widening times kappa, cells x 1), which the budget's bound on a sum needs (:meth:`_sum_slack`)."""
+        widening times kappa, cells x 1), which the budget's bound on a sum needs (:meth:`_sum_slack`). ``own``: the
+        cells' own statistics to read (default :meth:`_own`)."""
         n = np.zeros(mean.shape)
         total = np.zeros(mean.shape)
-        own = self._own()
+        own = self._own() if own is None else own
         row = own.find([cell[:5] for cell in cells]) if srow is None or own is not self._stats else srow
         has = row >= 0
         n[has], total[has] = own.data[:, row[has]]
@@ -931,11 +929,7 @@ class TailorPolicy(Policy):
     def _select(self, ctx: Context) -> Decision:
         cell = self._cell(ctx)
         group, gid = self._group(cell), self._gid(cell)
-        self._deciding = True
-        try:
-            mean, sd, level, level_var = self._effects(cell, group)
-        finally:
-            self._deciding = False
+        mean, sd, level, level_var = self._effects(cell, group, self._stats_lag if self.cell_lag == "plan" else None)
         default = self._base
         ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline

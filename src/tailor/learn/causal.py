@@ -40,20 +40,34 @@ CANDIDATES = ("log_goodput", "log_loss", "log_rtt", "log_bytes")
 EXPERT = ("log_goodput", "log_rtt", "log_bytes")  # §3.3.1: max estimated bandwidth, minRTT, bytes sent
 
 
-class TreatmentEncoder:
-    """Configuration index -> treatment row relative to the default (the default encodes to zeros)."""
+NUMERIC = ("linear", "hinge")
 
-    def __init__(self, space: ConfigSpace):
+
+class TreatmentEncoder:
+    """Configuration index -> treatment row relative to the default (the default encodes to zeros).
+
+    A numeric knob is its scaled distance from the default: ``numeric="linear"``, one column, so its effect is one
+    slope through the default; ``"hinge"``, one column per side of the default (the distance below it, the distance
+    above it; a side no value reaches has no column), so that values below and above the default can both be
+    slower than it: an initial window of 4 and one of 64 on a slow shallow path, which one slope would price with
+    opposite signs."""
+
+    def __init__(self, space: ConfigSpace, numeric: str = "linear"):
+        check(numeric in NUMERIC, "TreatmentEncoder", "numeric", "'linear' or 'hinge'", numeric)
         cols = []
         for name, values in space.grid.items():
             knob = space.registry[name]
             col = [c[name] for c in space.configs]
             if knob.type in ("categorical", "boolean"):
                 cols.extend(np.array([v == level for v in col], dtype=float) for level in values if level != knob.default)
+                continue
+            scale = np.log if min(values) > 0 and max(values) / min(values) > 8 else (lambda x: np.asarray(x, float))
+            lo, hi = scale(float(min(values))), scale(float(max(values)))
+            d = (scale(np.array(col, dtype=float)) - scale(float(knob.default))) / max(hi - lo, 1e-12)
+            if numeric == "linear":
+                cols.append(d)
             else:
-                scale = np.log if min(values) > 0 and max(values) / min(values) > 8 else (lambda x: np.asarray(x, float))
-                lo, hi = scale(float(min(values))), scale(float(max(values)))
-                cols.append((scale(np.array(col, dtype=float)) - scale(float(knob.default))) / max(hi - lo, 1e-12))
+                cols.extend(side for side in (np.minimum(d, 0.0), np.maximum(d, 0.0)) if np.any(side != 0))
         self.matrix = np.column_stack(cols) if cols else np.zeros((len(space), 0))
 
     def __call__(self, configs) -> np.ndarray:
@@ -118,12 +132,12 @@ class CausalEstimator:
     """Fit a causal forest on logged (covariates, configuration, log reward) and price configurations."""
 
     def __init__(self, space: ConfigSpace, *, n_estimators: int = 100, seed: int = 0, max_samples: int = 3000,
-                 min_samples: int = 200):
+                 min_samples: int = 200, numeric: str = "linear"):
         check(n_estimators >= 4 and n_estimators % 4 == 0, "CausalEstimator", "n_estimators",
               "a multiple of 4 (econml subforests)", n_estimators)
         self.space, self.n_estimators, self.seed = space, n_estimators, seed
         self.max_samples, self.min_samples = max_samples, min_samples
-        self.encode = TreatmentEncoder(space)
+        self.encode = TreatmentEncoder(space, numeric)
         self.model = None
         self.columns: list[int] = []
         self.diagnostics: dict = {}

@@ -78,13 +78,16 @@ class ConfigSnobPolicy(Policy):
         # held-out seeds (broadband-us 100-104, default 100-102): degraded -0.33 points [-0.63, -0.03], mean
         # improvement +0.07 [-0.46, +0.60] against 0 (docs/configsnob.md)
         "limit_q": (0.75, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1, "in [0, 1)"),
+        # ours: a numeric knob's treatment in the forest, one slope through the default ('linear') or one per side of
+        # it ('hinge', learn/causal.py TreatmentEncoder)
+        "numeric": ("linear", lambda v: v in ("linear", "hinge"), "'linear' or 'hinge'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
 
     def __setstate__(self, state: dict) -> None:
         # a state pickled before ``limit_q``: the forest's limit it was learned with (the average effect)
-        self.__dict__.update({"limit_q": 0.0, **state})
+        self.__dict__.update({"limit_q": 0.0, "numeric": "linear", **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -94,7 +97,8 @@ class ConfigSnobPolicy(Policy):
         self._km = ProfileGroups(self.clusters)
         self._times = TimeCategories(self.start_hour, self.start_weekday)
         self._arms = ArmModels(self.space, self._rng, self)
-        self._ci = CausalEstimator(self.space, n_estimators=self.ci_trees, seed=self.seed, max_samples=self.ci_samples)
+        self._ci = CausalEstimator(self.space, n_estimators=self.ci_trees, seed=self.seed, max_samples=self.ci_samples,
+                                   numeric=self.numeric)
         self._cols: dict[str, list] = defaultdict(list)  # sample store, one list per column
         self._pending: list[int] = []
         self._site_log: dict[str, list[float]] = {}  # website -> [count, sum of log CT]

@@ -95,10 +95,37 @@ def test_causal_forest_recovers_sign_and_size_of_a_known_effect():
     assert abs(est.effects(est.theta(X[~lossy]))[to_bbr]) < 0.12  # no effect on clean paths
 
 
+@pytest.mark.parametrize("numeric", ["linear", "hinge"])
+def test_a_window_slower_on_both_sides_of_the_default(numeric):
+    """Where IW 4 and IW 64 are both slower than IW 10 (a slow, shallow path: too few rounds' worth, or a first
+    flight that overflows), one slope through the default prices one of them faster than the default; one column
+    per side of the default prices both slower."""
+    space = ConfigSpace.named("core")
+    rng = np.random.default_rng(3)
+    n = 2400
+    X = np.column_stack([rng.normal(2, 1, n), rng.uniform(0, 3, n), rng.normal(3.5, 0.3, n), rng.normal(12, 1, n)])
+    configs = rng.integers(0, len(space), n)
+    iw = np.array([space.configs[c]["tcp.initial_cwnd"] for c in configs])
+    y = 0.2 * X[:, 0] + 0.25 * (iw == 4) + 0.25 * (iw == 64) + rng.normal(0, 0.1, n)
+    est = CausalEstimator(space, seed=0, numeric=numeric)
+    assert est.encode.matrix.shape[1] == (5 if numeric == "linear" else 6)
+    assert est.fit(X, configs, y)
+    delta = est.effects(est.theta(X))
+    default = space.configs[space.default_index]
+    at = {w: space.index_of(type(default)({**default, "tcp.initial_cwnd": w})) for w in (4, 64)}
+    if numeric == "hinge":
+        assert 0.15 < delta[at[4]] < 0.35 and 0.15 < delta[at[64]] < 0.35  # true +0.25 each
+    else:
+        assert min(delta[at[4]], delta[at[64]]) < 0.05
+
+
 def test_treatment_encoding_and_overlap_check():
     space = ConfigSpace.named("core")
     enc = TreatmentEncoder(space)
     assert not enc([space.default_index]).any()  # the default is the zero treatment
+    assert not TreatmentEncoder(space, "hinge")([space.default_index]).any()
+    with pytest.raises(ParameterError, match="numeric"):
+        TreatmentEncoder(space, "quadratic")
     rng = np.random.default_rng(1)
     X = np.concatenate([rng.normal(0, 0.1, 100), rng.normal(5, 0.1, 100)])[:, None]
     idx, info = propensity_match(X, X[:, 0] > 2.5)  # treatment fully determined by X: no overlap

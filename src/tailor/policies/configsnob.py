@@ -84,13 +84,16 @@ class ConfigSnobPolicy(Policy):
         # ours: a numeric knob's treatment in the forest, one slope through the default ('linear') or one per side of
         # it ('hinge', learn/causal.py TreatmentEncoder)
         "numeric": ("linear", lambda v: v in ("linear", "hinge"), "'linear' or 'hinge'"),
+        # ours: one causal forest over every website ('pooled') or one per website on its own samples ('site': one
+        # Config-Snob per service, as the paper ran it), the pooled forest answering where a website's own cannot fit
+        "forest": ("pooled", lambda v: v in ("pooled", "site"), "'pooled' or 'site'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
 
     def __setstate__(self, state: dict) -> None:
         # a state pickled before ``limit_q``: the forest's limit it was learned with (the average effect)
-        self.__dict__.update({"limit_q": 0.0, "numeric": "linear", **state})
+        self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {}, **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -111,6 +114,7 @@ class ConfigSnobPolicy(Policy):
         self._cycle = 0
         self._last_now = 0.0
         self._theta = np.zeros((0, 0))
+        self._site_ci: dict[str, CausalEstimator] = {}  # forest=site: website -> its own forest
         self._cov = "x" if self.covariates == "outcome" else "pre"  # sample-store column the forest reads
 
     # -- per connection
@@ -203,16 +207,42 @@ class ConfigSnobPolicy(Policy):
 
     def _fit_ci(self, y: np.ndarray) -> None:
         n = min(len(y), self.ci_samples)
-        if n:
-            X = np.asarray(self._cols[self._cov][-n:])
-            if self._ci.fit(X, np.asarray(self._cols["config"][-n:]), y[-n:]):
-                self._theta = np.zeros((0, self._ci.encode.matrix.shape[1]))
+        if not n:
+            return
+        X = np.asarray(self._cols[self._cov])
+        configs = np.asarray(self._cols["config"])
+        refit = self._ci.fit(X[-n:], configs[-n:], y[-n:])
+        if self.forest == "site":  # one forest per website on its own latest samples; the pooled one where none fits
+            for site, ids in self._site_ids().items():
+                ids = ids[-self.ci_samples:]
+                est = self._site_ci.get(site) or CausalEstimator(
+                    self.space, n_estimators=self.ci_trees, seed=self.seed, max_samples=self.ci_samples,
+                    numeric=self.numeric)
+                if len(ids) >= est.min_samples and est.fit(X[ids], configs[ids], y[ids]):
+                    self._site_ci[site] = est
+                    refit = True
+        if refit:
+            self._theta = np.zeros((0, self._ci.encode.matrix.shape[1]))
+
+    def _site_ids(self) -> dict[str, np.ndarray]:
+        site = np.asarray(self._cols["site"])
+        return {w: np.flatnonzero(site == w) for w in sorted(set(self._cols["site"]))}
 
     def _extend_theta(self) -> None:
-        """CATE coefficients of every stored sample, predicted once per sample and forest."""
+        """CATE coefficients of every stored sample, predicted once per sample and forest (with ``forest=site``, its
+        website's forest where that one is fitted)."""
         n, have = len(self._cols["x"]), len(self._theta)
-        if self._ci.fitted and n > have:
-            self._theta = np.vstack([self._theta, self._ci.theta(np.asarray(self._cols[self._cov][have:]))])
+        if not (self._ci.fitted and n > have):
+            return
+        X = np.asarray(self._cols[self._cov][have:])
+        theta = self._ci.theta(X)
+        if self._site_ci:
+            site = np.asarray(self._cols["site"][have:])
+            for w, est in self._site_ci.items():
+                rows = np.flatnonzero(site == w)
+                if len(rows):
+                    theta[rows] = est.theta(X[rows])
+        self._theta = np.vstack([self._theta, theta])
 
     def _plan_groups(self, y: np.ndarray, touched: set) -> None:
         """Sufficient profiles -> K-means groups (steady or cold by configurations tried); insufficient

@@ -154,6 +154,29 @@ def test_bandit_arm_probabilities(small_scenario, oracle):
             assert len(choices) == 1 and choices[0][1] == 1.0
 
 
+def test_one_forest_per_website(oracle):
+    """forest='site': a website with enough samples gets its own forest, and its samples' CATEs are that forest's;
+    the others' are the pooled forest's."""
+    from tailor.scenario import load_scenario
+    from tailor.sim import SimConfig, Simulator
+
+    scenario = load_scenario("broadband-us", n_sessions=150, seed=3, websites=sorted(oracle.websites))
+    sim = Simulator(scenario, oracle, SimConfig(seed=5))
+    policy = make_policy("config-snob", seed=0, forest="site", ci_every=1)
+    sim.run(policy)
+    assert policy._ci.fitted and policy._site_ci, "no website got a forest of its own"
+    X = np.asarray(policy._cols[policy._cov])
+    site = np.asarray(policy._cols["site"])
+    n = len(policy._theta)
+    for w, est in policy._site_ci.items():
+        rows = np.flatnonzero(site[:n] == w)
+        assert (site == w).sum() >= est.min_samples
+        np.testing.assert_allclose(policy._theta[rows], est.theta(X[rows]))
+    other = np.flatnonzero(~np.isin(site[:n], list(policy._site_ci)))
+    if len(other):
+        np.testing.assert_allclose(policy._theta[other], policy._ci.theta(X[other]))
+
+
 def test_bad_parameter_is_a_house_error():
     with pytest.raises(ParameterError, match=r"The 'reward' parameter of ConfigSnobPolicy must be"):
         make_policy("config-snob", reward="mean")

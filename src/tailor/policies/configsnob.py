@@ -92,7 +92,8 @@ class ConfigSnobPolicy(Policy):
     }
 
     def __setstate__(self, state: dict) -> None:
-        # a state pickled before ``limit_q``: the forest's limit it was learned with (the average effect)
+        # a state pickled before ``limit_q``, ``numeric`` or ``forest``: what it was learned with (the average effect's
+        # limit, one slope per numeric knob, one pooled forest)
         self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {}, **state})
 
     def _init_state(self) -> None:

@@ -216,10 +216,12 @@ class ConfigSnobPolicy(Policy):
         if self.forest == "site":  # one forest per website on its own latest samples; the pooled one where none fits
             for site, ids in self._site_ids().items():
                 ids = ids[-self.ci_samples:]
+                if len(ids) < self._ci.min_samples:
+                    continue
                 est = self._site_ci.get(site) or CausalEstimator(
                     self.space, n_estimators=self.ci_trees, seed=self.seed, max_samples=self.ci_samples,
                     numeric=self.numeric)
-                if len(ids) >= est.min_samples and est.fit(X[ids], configs[ids], y[ids]):
+                if est.fit(X[ids], configs[ids], y[ids]):
                     self._site_ci[site] = est
                     refit = True
         if refit:

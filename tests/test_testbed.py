@@ -34,6 +34,25 @@ def test_plan_keys_are_stable_and_skip_long_fetches():
     assert Transport("bbr", 32, 50).route_opts() == "initcwnd 32 congctl bbr rto_min 50ms"
 
 
+def test_slow_start_after_idle_is_a_server_sysctl_of_its_own_jobs(tmp_path):
+    off = Transport("cubic", 10, ssai=0)
+    assert off.tag() == "cubic|iw10|rto200|ssai0" and Transport("cubic", 10).tag() == "cubic|iw10|rto200"
+    assert off.server_sysctl().endswith("sysctl -qw net.ipv4.tcp_slow_start_after_idle=0")
+    assert "slow_start_after_idle" not in Transport("cubic", 10).server_sysctl()  # the kernel's default stays
+    plan = Plan.from_dict({**TINY, "configs": [{"cc": "cubic", "iw": 10}, {"cc": "cubic", "iw": 10,
+                                                                           "slow_start_after_idle": 0}]})
+    assert [j.transport.ssai for j in plan.jobs()] == [1, 0]
+    assert len({f.key for j in plan.jobs() for f in j.fetches}) == 8  # the two configurations' loads stay apart
+    assert Plan.from_dict(plan.to_dict()).transports == plan.transports  # round-trips through plan.json
+    assert plan.to_dict()["configs"][0] == {"cc": "cubic", "iw": 10, "rto_min_ms": 200}  # earlier plans unchanged
+    with pytest.raises(ParameterError, match="'ssai'"):
+        Transport("cubic", 10, ssai=2)
+    from tailor.testbed.campaign import campaign
+
+    with pytest.raises(ParameterError, match="'configs'.*slow_start_after_idle"):  # its cells would merge the two
+        campaign(plan, tmp_path / "c", run_job=lambda *a: {})
+
+
 def test_plan_errors_name_the_field(tmp_path):
     with pytest.raises(ParameterError, match="'cc'"):
         Transport("vegas", 10)

@@ -215,11 +215,11 @@ def prepare_pages(workdir: Path, names=MEASURED_PAGES, seed: int = 1) -> dict:
     return {"conf": conf, "origins": n_origins, "manifest": manifest}
 
 
-def pages_server_cmd(conf: Path, n_origins: int) -> str:
-    """Origin addresses on the server namespace's lo, no TCP metrics caching, nginx in the foreground."""
+def pages_server_cmd(conf: Path, n_origins: int, sysctl: str = "sysctl -qw net.ipv4.tcp_no_metrics_save=1") -> str:
+    """Origin addresses on the server namespace's lo, its sysctls (no TCP metrics caching), nginx in the foreground."""
     nginx = require_tools("nginx")["nginx"]
     addrs = " && ".join(f"ip addr add {origin_ip(k)}/32 dev lo" for k in range(1, n_origins)) or "true"
-    return f"sysctl -qw net.ipv4.tcp_no_metrics_save=1 && {addrs} && exec {nginx} -c {conf} -g 'daemon off;'"
+    return f"{sysctl} && {addrs} && exec {nginx} -c {conf} -g 'daemon off;'"
 
 
 def resolver_rules(n_origins: int) -> str:

@@ -80,13 +80,13 @@ def run_job(job: Job, todo: list[Fetch], site: Path, tl_bin: str, seed: int,
                 raise TestbedError(f"job {job.name}: page loads need the page site (pages.prepare_pages)")
             spec.write_text(json.dumps(page_spec(todo, pages, max_time)))
             client = f"{sys.executable} {page_client.__file__} {spec}"
-            server = pages_server_cmd(pages["conf"], pages["origins"])
+            server = pages_server_cmd(pages["conf"], pages["origins"], job.transport.server_sysctl())
         else:
             spec.write_text(json.dumps({"url": f"https://{SERVER_IP}:{TLS_PORT}/", "max_time": max_time,
                                         "fetches": [{"key": f.key, "http": f.http, "path": object_name(f.size)}
                                                     for f in todo]}))
             client = f"{sys.executable} {client_script.__file__} {spec}"
-            server = server_cmd(site / "nginx.conf")
+            server = server_cmd(site / "nginx.conf", job.transport.server_sysctl())
         cmd = [tl_bin, *link_args(job, seed, stats, timeout), "--server-cmd", server, "--client-cmd", client]
         run = {"run_id": f"{job.name}|{time.time():.3f}", "job": job.name, "seed": seed,
                "load_start": os.getloadavg()[0], "started_unix": time.time()}
@@ -163,7 +163,7 @@ def _row(job: Job, todo: list[Fetch], rec: dict, run: dict) -> dict:
     return {**rec, "ok": bool(ok), "condition": c.name, "family": c.family, "down_mbps": c.down_mbps,
             "up_mbps": c.up_mbps, "up_loss": c.uplink_loss, "trace": c.down_trace or "", "rtt_ms": c.rtt_ms,
             "loss": c.loss, "queue_packets": c.queue_packets(),
-            "cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms, "http": f.http, "size_bytes": f.size,
+            "cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms, "ssai": t.ssai, "http": f.http, "size_bytes": f.size,
             "rep": f.rep, "page": f.page, "run_id": run["run_id"], "load1": os.getloadavg()[0],
             "completion_ms": 1000.0 * float(rec.get("t_total", "nan") or "nan")}
 

@@ -82,10 +82,11 @@ def prepare_site(workdir: Path, sizes: list[int], seed: int = 1) -> Path:
     return conf
 
 
-def server_cmd(conf: Path) -> str:
-    """nginx in the foreground; TCP metrics caching off so no fetch inherits ssthresh/RTT from the last one."""
+def server_cmd(conf: Path, sysctl: str = "sysctl -qw net.ipv4.tcp_no_metrics_save=1") -> str:
+    """nginx in the foreground after ``sysctl`` (TCP metrics caching off, so no fetch inherits ssthresh/RTT from
+    the last one)."""
     nginx = require_tools("nginx")["nginx"]
-    return f"sysctl -qw net.ipv4.tcp_no_metrics_save=1 && exec {nginx} -c {conf} -g 'daemon off;'"
+    return f"{sysctl} && exec {nginx} -c {conf} -g 'daemon off;'"
 
 
 def _make_cert(openssl: str, workdir: Path, san: str = f"IP:{SERVER_IP}") -> None:

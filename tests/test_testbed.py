@@ -34,7 +34,7 @@ def test_plan_keys_are_stable_and_skip_long_fetches():
     assert Transport("bbr", 32, 50).route_opts() == "initcwnd 32 congctl bbr rto_min 50ms"
 
 
-def test_slow_start_after_idle_is_a_server_sysctl_of_its_own_jobs(tmp_path):
+def test_slow_start_after_idle_and_notsent_lowat_are_server_sysctls_of_their_jobs(tmp_path):
     off = Transport("cubic", 10, ssai=0)
     assert off.tag() == "cubic|iw10|rto200|ssai0" and Transport("cubic", 10).tag() == "cubic|iw10|rto200"
     assert off.server_sysctl().endswith("sysctl -qw net.ipv4.tcp_slow_start_after_idle=0")
@@ -47,6 +47,12 @@ def test_slow_start_after_idle_is_a_server_sysctl_of_its_own_jobs(tmp_path):
     assert plan.to_dict()["configs"][0] == {"cc": "cubic", "iw": 10, "rto_min_ms": 200}  # earlier plans unchanged
     with pytest.raises(ParameterError, match="'ssai'"):
         Transport("cubic", 10, ssai=2)
+    lowat = Transport("bbr", 10, notsent_lowat=16384)
+    assert lowat.tag() == "bbr|iw10|rto200|nsl16384"
+    assert lowat.server_sysctl().endswith("sysctl -qw net.ipv4.tcp_notsent_lowat=16384")
+    assert Plan.from_dict({**TINY, "configs": [{"cc": "bbr", "iw": 10, "notsent_lowat": 16384}]}).transports == [lowat]
+    with pytest.raises(ParameterError, match="'notsent_lowat'"):
+        Transport("cubic", 10, notsent_lowat=10)
     from tailor.testbed.campaign import campaign
 
     with pytest.raises(ParameterError, match="'configs'.*slow_start_after_idle"):  # its cells would merge the two

@@ -216,8 +216,8 @@ def campaign(plan: Plan, out_dir: Path, adaptive: Adaptive = Adaptive(), aa: Tra
     ``run_job(job, todo, on_row) -> run dict`` measures one job (default: the real harness, :func:`harness`)."""
     from tailor.testbed.store import Store
 
-    check(all(t.ssai for t in plan.transports), "campaign", "configs",
-          "without slow_start_after_idle 0 (the campaign's cells are keyed by cc, iw and rto_min only; measure such "
+    check(all(t.ssai and not t.notsent_lowat for t in plan.transports), "campaign", "configs",
+          "without slow_start_after_idle 0 or notsent_lowat (the campaign's cells are keyed by cc, iw and rto_min only; measure such "
           "a plan with `tailor testbed measure`)", [t.tag() for t in plan.transports])
     store = Store(out_dir)
     if run_job is None:

@@ -34,30 +34,37 @@ class Transport:
     """Per-route transport knobs of one job (``ip route ... congctl/initcwnd/rto_min``), and the server
     namespace's ``net.ipv4.tcp_slow_start_after_idle`` (``ssai``; the kernel's default 1 restarts a congestion
     control without its own ``cong_control`` hook, CUBIC and Reno but not BBR, from the initial window after an
-    idle time longer than the RTO)."""
+    idle time longer than the RTO), and its ``net.ipv4.tcp_notsent_lowat`` (``notsent_lowat`` bytes; 0 = the
+    kernel's default, no limit on the unsent bytes a socket queues)."""
 
     cc: str = "cubic"
     iw: int = 10
     rto_min_ms: int = 200
     ssai: int = 1
+    notsent_lowat: int = 0
 
     def __post_init__(self):
         check(self.cc in CCS, "Transport", "cc", f"one of {CCS}", self.cc)
         check(1 <= self.iw <= 256, "Transport", "iw", "in [1, 256]", self.iw)
         check(8 <= self.rto_min_ms <= 200, "Transport", "rto_min_ms", "in [8, 200]", self.rto_min_ms)
         check(self.ssai in (0, 1), "Transport", "ssai", "0 or 1", self.ssai)
+        check(self.notsent_lowat == 0 or 1024 <= self.notsent_lowat <= 1 << 24, "Transport", "notsent_lowat",
+              "0 or in [1024, 16777216]", self.notsent_lowat)
 
     def route_opts(self) -> str:
         opts = f"initcwnd {self.iw} congctl {self.cc}"
         return opts + (f" rto_min {self.rto_min_ms}ms" if self.rto_min_ms != 200 else "")
 
     def tag(self) -> str:
-        return f"{self.cc}|iw{self.iw}|rto{self.rto_min_ms}" + ("" if self.ssai else "|ssai0")
+        return (f"{self.cc}|iw{self.iw}|rto{self.rto_min_ms}" + ("" if self.ssai else "|ssai0")
+                + (f"|nsl{self.notsent_lowat}" if self.notsent_lowat else ""))
 
     def server_sysctl(self) -> str:
-        """The server namespace's sysctls: no TCP metrics caching, and slow start after idle when switched off."""
+        """The server namespace's sysctls: no TCP metrics caching; slow start after idle and the unsent-bytes limit
+        where the job sets them."""
         out = "sysctl -qw net.ipv4.tcp_no_metrics_save=1"
-        return out + ("" if self.ssai else " && sysctl -qw net.ipv4.tcp_slow_start_after_idle=0")
+        out += "" if self.ssai else " && sysctl -qw net.ipv4.tcp_slow_start_after_idle=0"
+        return out + (f" && sysctl -qw net.ipv4.tcp_notsent_lowat={self.notsent_lowat}" if self.notsent_lowat else "")
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,8 @@ class Plan:
     def from_dict(cls, d: dict) -> Plan:
         conds = [CATALOG[c] if isinstance(c, str) and c in CATALOG else _cond(c) for c in d["conditions"]]
         transports = [Transport(c.get("cc", "cubic"), int(c.get("iw", 10)), int(c.get("rto_min_ms", 200)),
-                                int(c.get("slow_start_after_idle", 1))) for c in d["configs"]]
+                                int(c.get("slow_start_after_idle", 1)), int(c.get("notsent_lowat", 0)))
+                      for c in d["configs"]]
         plan = cls(conds, [int(s) for s in d.get("sizes", [])], transports,
                    [str(h) for h in d.get("http", HTTP_VERSIONS)], int(d.get("reps", 3)),
                    float(d.get("max_fetch_s", 60.0)), int(d.get("seed", 1)), [str(p) for p in d.get("pages", [])])
@@ -174,7 +182,8 @@ class Plan:
     def to_dict(self) -> dict:
         return {"conditions": [c.to_dict() for c in self.conditions], "sizes": self.sizes,
                 "configs": [{"cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms,
-                             **({} if t.ssai else {"slow_start_after_idle": 0})} for t in self.transports],
+                             **({} if t.ssai else {"slow_start_after_idle": 0}),
+                             **({"notsent_lowat": t.notsent_lowat} if t.notsent_lowat else {})} for t in self.transports],
                 "http": self.http, "reps": self.reps, "max_fetch_s": self.max_fetch_s, "seed": self.seed,
                 **({"pages": self.pages} if self.pages else {})}
 

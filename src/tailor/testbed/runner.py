@@ -163,7 +163,8 @@ def _row(job: Job, todo: list[Fetch], rec: dict, run: dict) -> dict:
     return {**rec, "ok": bool(ok), "condition": c.name, "family": c.family, "down_mbps": c.down_mbps,
             "up_mbps": c.up_mbps, "up_loss": c.uplink_loss, "trace": c.down_trace or "", "rtt_ms": c.rtt_ms,
             "loss": c.loss, "queue_packets": c.queue_packets(),
-            "cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms, "ssai": t.ssai, "http": f.http, "size_bytes": f.size,
+            "cc": t.cc, "iw": t.iw, "rto_min_ms": t.rto_min_ms, "ssai": t.ssai, "notsent_lowat": t.notsent_lowat,
+            "http": f.http, "size_bytes": f.size,
             "rep": f.rep, "page": f.page, "run_id": run["run_id"], "load1": os.getloadavg()[0],
             "completion_ms": 1000.0 * float(rec.get("t_total", "nan") or "nan")}
 

@@ -891,3 +891,16 @@ def test_probe_margin_keeps_probes_expected_slower_than_the_default_out():
         _, ok, near = pol._bounds(mean, sd)
         assert bool(near[other]) is allowed and near[d]
         assert not ok[other]  # 3% above with sd 0.1 is plausibly more than 5% slower, at either margin
+
+
+def test_greedy_z_discounts_a_low_mean_that_rests_on_a_wide_posterior():
+    """The greedy choice is the lowest ``mean + greedy_z * sd`` among the configurations the guard allows: at 0 the
+    lowest mean (however uncertain), at 1 a slightly higher mean known well wins; the guard's exclusions hold."""
+    pol, _ = _policy()
+    mean, sd = np.array([0.0, -0.30, -0.25, -0.50]), np.array([0.0, 0.30, 0.05, 0.01])
+    ok = np.array([True, True, True, False])
+    assert pol._greedy(mean, sd, ok) == 1
+    pol, _ = _policy(greedy_z=1.0)
+    assert pol._greedy(mean, sd, ok) == 2
+    with pytest.raises(Exception, match="greedy_z"):
+        _policy(greedy_z=-1.0)

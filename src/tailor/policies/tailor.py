@@ -443,6 +443,10 @@ class TailorPolicy(Policy):
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
+        "greedy_z": (0.0, _FLOAT(0.0, 10.0),
+                     "in [0, 10] (the greedy choice is the eligible configuration with the lowest mean + greedy_z sd: "
+                     "0 = the lowest mean; larger values discount a low mean that rests on a wide posterior, the "
+                     "winner's curse of taking the lowest of many noisy means)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -467,7 +471,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"greedy_z": 0.0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -935,7 +939,7 @@ class TailorPolicy(Policy):
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
-        best = int(np.argmin(np.where(ok, mean, np.inf)))  # the greedy choice, and a probe's second centre
+        best = self._greedy(mean, sd, ok)  # the greedy choice, and a probe's second centre
         if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, best)) is not None:
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
@@ -950,6 +954,11 @@ class TailorPolicy(Policy):
         if self._afford(ctx, group, level, level_var, mean[safe] + self.budget_z * sd[safe]):
             return Decision(safe, 1.0, gid, "guard")
         return Decision(default, 1.0, gid, "default")  # the budget holds first
+
+    def _greedy(self, mean: np.ndarray, sd: np.ndarray, ok: np.ndarray) -> int:
+        """The greedy choice among the configurations the guard allows: the lowest ``mean + greedy_z * sd``."""
+        score = mean + self.greedy_z * sd if self.greedy_z else mean
+        return int(np.argmin(np.where(ok, score, np.inf)))
 
     def _bounds(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The configurations' UCBs against the baseline (the baseline's is 0), which ones the default guard allows
@@ -1690,7 +1699,7 @@ class TailorPolicy(Policy):
         if ucb[safe] > 0.0 and not pay(1.0 - share, safe):  # the guard's choice costs budget: the budget holds first
             safe = self._base
         main = safe
-        best = int(np.argmin(np.where(ok, mean, np.inf)))
+        best = self._greedy(mean, sd, ok)
         if self.exploit == "greedy" and best != safe and mean[best] < ucb[safe] - self.min_gain \
                 and pay(1.0 - share, best):
             main = best

@@ -904,3 +904,17 @@ def test_greedy_z_discounts_a_low_mean_that_rests_on_a_wide_posterior():
     assert pol._greedy(mean, sd, ok) == 2
     with pytest.raises(Exception, match="greedy_z"):
         _policy(greedy_z=-1.0)
+
+
+def test_probe_value_kg_stops_probing_where_little_can_be_learned():
+    """A probe expected 10% slower than the greedy choice: with a wide posterior one page load may reveal it
+    faster, worth it for a group with many page loads; once its posterior is narrow, one more page load moves the
+    best mean too little to pay for its expected cost. A probe expected faster is always worth it; 'any' never asks."""
+    pol, _ = _policy(probe_value="kg")
+    pol._gss["g"] = (0.04 * 1000, 1000)  # the group's noise variance about 0.04 (sd 0.2 in log time)
+    mean, best, probe = np.array([0.0, -0.10, 0.0]), 1, 2
+    assert pol._worth(mean, np.array([0.0, 0.01, 0.30]), probe, best, "g", 1000)
+    assert not pol._worth(mean, np.array([0.0, 0.01, 0.02]), probe, best, "g", 1000)
+    assert not pol._worth(mean, np.array([0.0, 0.01, 0.30]), probe, best, "g", 1)  # a group of one page load
+    assert pol._worth(np.array([0.0, -0.10, -0.12]), np.array([0.0, 0.01, 0.02]), probe, best, "g", 1)
+    assert _policy()[0]._worth(mean, np.array([0.0, 0.01, 0.02]), probe, best, "g", 1)

@@ -443,6 +443,10 @@ class TailorPolicy(Policy):
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
+        "probe_value": ("any", lambda v: v in ("any", "kg"),
+                        "'any' (a plausible probe is played whenever the budget pays for it) or 'kg' (only when its "
+                        "knowledge gradient, the expected gain in the best posterior mean from one more page load "
+                        "of it, times the group's page loads so far covers its expected cost over the greedy choice)"),
         "greedy_z": (0.0, _FLOAT(0.0, 10.0),
                      "in [0, 10] (the greedy choice is the eligible configuration with the lowest mean + greedy_z sd: "
                      "0 = the lowest mean; larger values discount a low mean that rests on a wide posterior, the "
@@ -471,7 +475,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"greedy_z": 0.0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_value": "any", "greedy_z": 0.0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -940,7 +944,8 @@ class TailorPolicy(Policy):
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
         best = self._greedy(mean, sd, ok)  # the greedy choice, and a probe's second centre
-        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, best)) is not None:
+        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, best)) is not None \
+                and self._worth(mean, sd, opt, best, group, seen[0]):
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
@@ -954,6 +959,24 @@ class TailorPolicy(Policy):
         if self._afford(ctx, group, level, level_var, mean[safe] + self.budget_z * sd[safe]):
             return Decision(safe, 1.0, gid, "guard")
         return Decision(default, 1.0, gid, "default")  # the budget holds first
+
+    def _worth(self, mean: np.ndarray, sd: np.ndarray, probe: int, best: int, group: str, loads: int) -> bool:
+        """``probe_value='kg'``: is one page load of ``probe`` worth its expected cost? Its knowledge gradient
+        (Frazier, Powell and Dayanik 2008) is the expected fall of the lowest posterior mean after one more page load
+        of it, ``s f(-|mean - mean_best| / s)`` with ``f(z) = z Phi(z) + phi(z)`` and ``s`` the sd of the change of
+        its mean (its posterior variance over the root of that plus the group's noise variance); what it teaches
+        serves, at most, as many page loads as the group has had. The cost is its expected excess over the greedy
+        choice's mean. Always True with ``'any'``."""
+        if self.probe_value == "any":
+            return True
+        v = float(sd[probe]) ** 2
+        step = v / math.sqrt(v + self._noise(group))
+        excess = float(mean[probe] - mean[best])
+        if step <= 0.0:
+            return excess <= 0.0
+        z = -abs(excess) / step
+        kg = step * (z * 0.5 * math.erfc(-z / math.sqrt(2.0)) + math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi))
+        return max(loads, 1) * kg >= max(excess, 0.0)
 
     def _greedy(self, mean: np.ndarray, sd: np.ndarray, ok: np.ndarray) -> int:
         """The greedy choice among the configurations the guard allows: the lowest ``mean + greedy_z * sd``."""
@@ -1704,6 +1727,8 @@ class TailorPolicy(Policy):
                 and pay(1.0 - share, best):
             main = best
         probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None
+        if probe is not None and not self._worth(mean, sd, probe, best, group, self._times.get(group, (0, 0.0))[0]):
+            probe = None
         if probe is None or not pay(share, probe):
             return {main: 1.0}
         return {main: 1.0 - share, probe: share}

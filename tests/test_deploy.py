@@ -359,6 +359,9 @@ def test_deployment_steps_in_namespaces(tmp_path):
         cgs = cgroups_left(world.cgroups)
     assert (problems, left, alive, cgs) == ([], [], [], [])
     records = _stored_records(tmp_path / "var-lib-tailor-manager" / "tailor.duckdb")
+    for name in ("edge", "agent-front"):  # their shutdown lines (telemetry dropped or undelivered), shown on failure
+        log = tmp_path / "logs" / f"{name}.log"
+        print(f"{name}.log ends:", log.read_text(errors="replace").splitlines()[-4:] if log.exists() else "(none)")
     _check_records(records, world.steps)
 
 

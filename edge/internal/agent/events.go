@@ -32,7 +32,7 @@ func (a *Agent) ReadEvents(ctx context.Context, sink telemetry.Sink) error {
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 		case errors.Is(err, ringbuf.ErrClosed):
-			return sink.Flush(telemetry.Final(context.WithoutCancel(ctx)))
+			return telemetry.FlushFinal(ctx, sink)
 		case err != nil:
 			return fmt.Errorf("%w: read events: %v", ErrAgent, err)
 		default:
@@ -50,7 +50,7 @@ func (a *Agent) ReadEvents(ctx context.Context, sink telemetry.Sink) error {
 			pending, lastFlush = 0, time.Now()
 		}
 		if ctx.Err() != nil && err != nil {
-			return sink.Flush(telemetry.Final(context.WithoutCancel(ctx)))
+			return telemetry.FlushFinal(ctx, sink)
 		}
 	}
 }

@@ -266,9 +266,9 @@ func (s *Server) Close() error {
 	}
 	s.wg.Wait()
 	if s.sink != nil {
-		ctx, cancel := context.WithTimeout(telemetry.Final(context.Background()), 10*time.Second)
-		_ = s.sink.Flush(ctx)
-		cancel()
+		if ferr := telemetry.FlushFinal(context.Background(), s.sink); ferr != nil {
+			s.Log.Printf("edge: %v", ferr)
+		}
 	}
 	s.closeBus()
 	if s.root != nil {

@@ -253,10 +253,22 @@ type finalKey struct{}
 // Final marks ctx for a last flush that ignores a pending backoff (shutdown).
 func Final(ctx context.Context) context.Context { return context.WithValue(ctx, finalKey{}, true) }
 
+// FinalTimeout bounds the last flush at shutdown (its retries included).
+const FinalTimeout = 10 * time.Second
+
+// FlushFinal is the last flush at shutdown: parent's values without its
+// cancellation, marked Final, bounded by FinalTimeout.
+func FlushFinal(parent context.Context, sink Sink) error {
+	ctx, cancel := context.WithTimeout(Final(context.WithoutCancel(parent)), FinalTimeout)
+	defer cancel()
+	return sink.Flush(ctx)
+}
+
 // errRetry is a retryable failure; wait is the server's Retry-After (0 = none).
 type errRetry struct {
-	err  error
-	wait time.Duration
+	err        error
+	wait       time.Duration
+	credential bool // 401/403: the operator must act; a quick retry cannot help
 }
 
 func (e *errRetry) Error() string { return e.err.Error() }
@@ -268,14 +280,21 @@ var errRefused = errors.New("refused")
 // Flush POSTs the buffered records (up to 16 batches of MaxRecords). On a
 // retryable failure they stay buffered and a backoff starts; a refused
 // batch is dropped (counted) and the error returned.
+//
+// The last flush at shutdown (a context made with Final) ships the whole
+// buffer, not 16 batches, and retries a transient failure (network, 408,
+// 429, 5xx; at most 1 s apart) until ctx ends: a transient error at that moment (the manager
+// closing an idle keep-alive connection as the POST goes out) must not
+// lose the records; its error then says how many records stay undelivered.
 func (s *HTTPSink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ctx.Value(finalKey{}) == nil && time.Now().Before(s.next) {
+	final := ctx.Value(finalKey{}) != nil
+	if !final && time.Now().Before(s.next) {
 		return nil
 	}
 	var firstErr error
-	for range maxBatchesPerCall {
+	for i := 0; final || i < maxBatchesPerCall; i++ {
 		recs, dropped := s.q.peek()
 		if len(recs) == 0 && dropped == 0 {
 			break
@@ -290,6 +309,12 @@ func (s *HTTPSink) Flush(ctx context.Context) error {
 		case errors.As(err, &retry):
 			s.failures++
 			s.next = time.Now().Add(max(backoff(s.failures), min(retry.wait, retryAfterCap)))
+			if final && !retry.credential && sleepCtx(ctx, min(backoff(s.failures), time.Second)) {
+				continue // the same batch again
+			}
+			if final {
+				return errors.Join(firstErr, fmt.Errorf("%w: %d records not delivered at shutdown", err, s.q.stats().Pending))
+			}
 			return errors.Join(firstErr, fmt.Errorf("%w (retry in %v, %d records buffered)", err, time.Until(s.next).Round(time.Millisecond), s.q.stats().Pending))
 		default: // refused for good: drop the batch, go on with the next
 			s.q.discard(len(recs))
@@ -301,6 +326,19 @@ func (s *HTTPSink) Flush(ctx context.Context) error {
 		}
 	}
 	return firstErr
+}
+
+// sleepCtx waits d unless ctx ends first; it reports whether ctx is
+// still live after the wait.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return ctx.Err() == nil
+	}
 }
 
 // backoff is the n-th (n >= 1) retry delay: 0.5 s doubling up to 30 s,
@@ -339,7 +377,7 @@ func (s *HTTPSink) post(ctx context.Context, b Batch) error {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
 		err := fmt.Errorf("%w: post %s: %s: the manager refuses the credential (check TAILOR_TOKEN); records kept", ErrTelemetry, s.URL, resp.Status)
 		s.logf("%v", err) // loud: every attempt, with backoff
-		return &errRetry{err: err}
+		return &errRetry{err: err, credential: true}
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code/100 == 5:
 		return &errRetry{err: fmt.Errorf("%w: post %s: %s", ErrTelemetry, s.URL, resp.Status), wait: retryAfter(resp.Header.Get("Retry-After"))}
 	}

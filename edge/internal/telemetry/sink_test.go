@@ -208,3 +208,65 @@ func TestSinkDropsInvalidRecords(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestFinalFlushRetriesTransientFailures: at shutdown there is no later
+// flush, so the last one retries a connection cut by the server and a 503
+// until the batch is delivered (more than the 16 batches of an ordinary
+// flush), and when the manager stays away it gives up when its context ends
+// and says how many records were not delivered.
+func TestFinalFlushRetriesTransientFailures(t *testing.T) {
+	m := &manager{codes: []int{http.StatusServiceUnavailable, http.StatusAccepted}}
+	var cut sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first := false
+		cut.Do(func() { first = true })
+		if first { // the manager closing the connection as the POST arrives
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = c.Close()
+			}
+			return
+		}
+		m.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	s, _ := quietSink(srv.URL)
+	n := 17*MaxRecords + 3
+	s.Limit, s.LimitBytes = n, 1<<30
+	for range n {
+		s.Add(connRecord())
+	}
+	if err := FlushFinal(context.Background(), s); err != nil {
+		t.Fatalf("final flush: %v", err)
+	}
+	if st := s.Stats(); st.Pending != 0 || st.Sent != int64(n) || st.Dropped != 0 {
+		t.Fatalf("after the final flush: %+v, want all %d sent", st, n)
+	}
+	_, acc := m.snapshot()
+	got := 0
+	for _, b := range acc {
+		got += len(b.Records)
+	}
+	if got != n {
+		t.Fatalf("the manager accepted %d records, want %d", got, n)
+	}
+
+	down := &manager{codes: []int{http.StatusServiceUnavailable}}
+	srv2 := httptest.NewServer(down)
+	defer srv2.Close()
+	s2, _ := quietSink(srv2.URL)
+	s2.Add(connRecord())
+	ctx, cancel := context.WithTimeout(Final(context.Background()), 1500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := s2.Flush(ctx)
+	if err == nil || !strings.Contains(err.Error(), "1 records not delivered at shutdown") {
+		t.Fatalf("err %v: want the undelivered count", err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("the final flush took %v past its 1.5 s context", el)
+	}
+	if posts, _ := down.snapshot(); posts < 2 {
+		t.Fatalf("%d posts: the final flush must retry", posts)
+	}
+}

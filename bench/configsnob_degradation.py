@@ -50,7 +50,7 @@ def labelled(policy):
 
 def breakdown(scenario_name: str, seed: int, sessions: int, params: dict | None = None) -> dict:
     oracle = select_oracle("auto")
-    scenario = load_scenario(scenario_name, n_sessions=sessions, seed=seed, websites=sorted(oracle.websites))
+    scenario = load_scenario(scenario_name, n_sessions=sessions or None, seed=seed, websites=sorted(oracle.websites))
     sim = Simulator(scenario, oracle, SimConfig(seed=seed))
     policy = labelled(make_policy("config-snob", seed=seed, **(params or {})))
     rec = sim.run(policy).records
@@ -86,7 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", default="broadband-us")
     ap.add_argument("--seeds", type=int, nargs="+", default=[100, 101])
-    ap.add_argument("--sessions", type=int, default=300)
+    ap.add_argument("--sessions", type=int, default=300, help="0 = the scenario's own (what tailor evaluate runs)")
     ap.add_argument("--policy-param", action="append", default=[])
     a = ap.parse_args()
     params = dict(parse_policy_params(a.policy_param, "configsnob_degradation"))

@@ -20,6 +20,11 @@ port): MODEL.md section 6a's `wpt-dsl` 50 KB cell, where whether the one dropped
     PYTHONPATH=src .venv/bin/python bench/h2_cwnd_trace.py --condition wpt-dsl --object-bytes 51200 --ccs cubic,bbr \\
         --http 1.1,2 --iw 10 --reps 3 --json bench/results/object_ack_trace.json
 
+``--report FILE ...`` prints, from saved files, each load's other large connections (cross-origin, 100 KB or
+more): the window at their first loss, after it and at most, and their duration (MODEL.md 6a, 2026-12-03)::
+
+    PYTHONPATH=src .venv/bin/python bench/h2_cwnd_trace.py --report bench/results/h2_cwnd_trace_medium2.json
+
 Per connection it also reports the retransmissions' times and the longest wait for the next cumulative ACK with the
 bytes still unacked when it began.
 
@@ -186,8 +191,36 @@ def _keep_one_series(conns: list[dict]) -> list[dict]:
     return conns
 
 
+OTHER_BYTES = 100_000  # a connection other than the page's first that carries at least this much
+
+
+def report_others(results: dict) -> None:
+    """Per load: the page's first connection and every other connection carrying ``OTHER_BYTES`` or more (a
+    cross-origin bundle or image), with the window at its first loss episode, its largest window and its duration:
+    MODEL.md 6a's finding of 2026-12-03 (a second connection cut early stays small under a loss-based sender)."""
+    for key, loads in results.items():
+        if key == "emulator":
+            continue
+        plts = sorted(ld["plt_ms"] for ld in loads)
+        print(f"\n{key}: PLT median {plts[len(plts) // 2] if len(plts) % 2 else sum(plts[len(plts) // 2 - 1:][:2]) / 2:.0f} ms")
+        for ld in loads:
+            conns = ld["connections"]
+            if not conns:
+                continue
+            t0 = min(c["start"] for c in conns)
+            first = max((c for c in conns if c["start"] == t0), key=lambda c: c["bytes"])
+            others = sorted((c for c in conns if c is not first and c["bytes"] >= OTHER_BYTES), key=lambda c: c["start"])
+            print(f"  PLT {ld['plt_ms']:5.0f} ms; first connection {first['bytes'] // 1000} KB in {first['duration_ms']:.0f} ms, "
+                  f"cwnd max {first['cwnd_max']}" + "".join(
+                      f"; +{1000 * (c['start'] - t0):.0f} ms: {c['bytes'] // 1000} KB in {c['duration_ms']:.0f} ms, cwnd "
+                      f"at first loss {c['cwnd_at_first_episode']}, after {c['cwnd_after_episodes'][:2]}, max {c['cwnd_max']}"
+                      for c in others))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--report", nargs="+", metavar="FILE", default=None,
+                    help="no measurement: print the other large connections' windows from saved --json files")
     ap.add_argument("--condition", default="3g-peak", choices=sorted(CATALOG))
     ap.add_argument("--page", default="page-light-1")
     ap.add_argument("--object-bytes", type=int, default=None,
@@ -198,6 +231,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    if args.report:
+        for f in args.report:
+            for name, run in json.loads(Path(f).read_text()).items():
+                print(f"## {name} (BDP {run['meta']['bdp_segments']:.0f} segments)")
+                report_others(run["loads"])
+        return
     if os.geteuid() != 0:
         raise SystemExit("bench/h2_cwnd_trace.py: needs root (network namespaces and tracefs)")
     cond = CATALOG[args.condition]
@@ -250,6 +289,8 @@ def main() -> None:
                   f"retrans {big.get('retransmits')} at {big.get('retransmit_ms')} ms, cwnd after "
                   f"{big.get('cwnd_after_episodes')}, in {big.get('ms_in')}; longest ACK wait {big.get('longest_ack_wait_ms')} ms "
                   f"with {big.get('unacked_at_longest_wait')} bytes unacked")
+    if not args.object_bytes:
+        report_others(results)
     if args.json:
         what = f"object {args.object_bytes} B" if args.object_bytes else args.page
         meta = {"condition": args.condition, "page": what, "iw": args.iw, "reps": args.reps, "bdp_segments": bdp,

@@ -257,11 +257,19 @@ func Final(ctx context.Context) context.Context { return context.WithValue(ctx, 
 const FinalTimeout = 10 * time.Second
 
 // FlushFinal is the last flush at shutdown: parent's values without its
-// cancellation, marked Final, bounded by FinalTimeout.
+// cancellation, marked Final, bounded by FinalTimeout. Records a sink still
+// holds after it are lost with the process, so it says how many, also for a
+// sink whose Flush keeps quiet while its destination is away (BusSink).
 func FlushFinal(parent context.Context, sink Sink) error {
 	ctx, cancel := context.WithTimeout(Final(context.WithoutCancel(parent)), FinalTimeout)
 	defer cancel()
-	return sink.Flush(ctx)
+	err := sink.Flush(ctx)
+	if st, ok := sink.(interface{ Stats() QueueStats }); ok && err == nil {
+		if n := st.Stats().Pending; n > 0 {
+			err = fmt.Errorf("%w: %d records not delivered at shutdown", ErrTelemetry, n)
+		}
+	}
+	return err
 }
 
 // errRetry is a retryable failure; wait is the server's Retry-After (0 = none).

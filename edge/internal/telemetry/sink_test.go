@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -270,3 +271,37 @@ func TestFinalFlushRetriesTransientFailures(t *testing.T) {
 		t.Fatalf("%d posts: the final flush must retry", posts)
 	}
 }
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// TestFlushFinalCountsWhatStays: whatever a sink still holds after the last
+// flush is named with its count, also when the sink's Flush itself reports
+// nothing (the error of a LineSink's writer is reported; a sink that holds
+// records without an error gets the count from its Stats).
+func TestFlushFinalCountsWhatStays(t *testing.T) {
+	ls := NewLineSink(failingWriter{}, "edge-t")
+	ls.Add(connRecord())
+	ls.Add(connRecord())
+	if err := FlushFinal(context.Background(), ls); err == nil || !strings.Contains(err.Error(), "write") {
+		t.Fatalf("err %v: want the writer's error", err)
+	}
+	quiet := &silentSink{LineSink: NewLineSink(failingWriter{}, "edge-t")}
+	quiet.Add(connRecord())
+	err := FlushFinal(context.Background(), quiet)
+	if err == nil || !strings.Contains(err.Error(), "1 records not delivered at shutdown") {
+		t.Fatalf("err %v: want the count of what stays", err)
+	}
+	ok := NewLineSink(io.Discard, "edge-t")
+	ok.Add(connRecord())
+	if err := FlushFinal(context.Background(), ok); err != nil {
+		t.Fatalf("a delivered buffer: %v", err)
+	}
+}
+
+// silentSink keeps its records and reports no error, as BusSink does while the
+// bus is away.
+type silentSink struct{ *LineSink }
+
+func (q *silentSink) Flush(context.Context) error { return nil }

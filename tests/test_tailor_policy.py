@@ -918,3 +918,20 @@ def test_probe_value_kg_stops_probing_where_little_can_be_learned():
     assert not pol._worth(mean, np.array([0.0, 0.01, 0.30]), probe, best, "g", 1)  # a group of one page load
     assert pol._worth(np.array([0.0, -0.10, -0.12]), np.array([0.0, 0.01, 0.02]), probe, best, "g", 1)
     assert _policy()[0]._worth(mean, np.array([0.0, 0.01, 0.02]), probe, best, "g", 1)
+
+
+def test_probe_value_kg_cell_prices_a_probe_over_the_cells_own_page_loads():
+    """'kg_cell': the horizon is the context cell's page loads (its level cell, every hour), not the group's: a
+    probe that a group of 1,000 page loads would pay for is refused in a cell that has seen one, and the group's
+    count is what 'kg' keeps using."""
+    pol, _ = _policy(probe_value="kg_cell")
+    cell = ("site", "desktop", 2, 3, 0, 1)
+    assert pol._horizon(cell, 1000) == 0.0  # a cell never seen
+    row = pol._stats.row(cell[:5])
+    pol._stats.used()[0, row, :2] = (1.0, 0.0)
+    assert pol._horizon(cell, 1000) == 1.0 and pol._horizon(cell[:5] + (3,), 1000) == 1.0  # every hour bin
+    pol._gss["g"] = (0.04 * 1000, 1000)
+    mean, sd, best, probe = np.array([0.0, -0.10, 0.0]), np.array([0.0, 0.01, 0.30]), 1, 2
+    assert pol._worth(mean, sd, probe, best, "g", 1000) and not pol._worth(mean, sd, probe, best, "g",
+                                                                           pol._horizon(cell, 1000))
+    assert _policy(probe_value="kg")[0]._horizon(cell, 1000) == 1000

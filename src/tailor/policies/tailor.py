@@ -443,10 +443,11 @@ class TailorPolicy(Policy):
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
-        "probe_value": ("any", lambda v: v in ("any", "kg"),
-                        "'any' (a plausible probe is played whenever the budget pays for it) or 'kg' (only when its "
+        "probe_value": ("any", lambda v: v in ("any", "kg", "kg_cell"),
+                        "'any' (a plausible probe is played whenever the budget pays for it), 'kg' (only when its "
                         "knowledge gradient, the expected gain in the best posterior mean from one more page load "
-                        "of it, times the group's page loads so far covers its expected cost over the greedy choice)"),
+                        "of it, times the group's page loads so far covers its expected cost over the greedy choice) "
+                        "or 'kg_cell' (the same with the context cell's own page loads so far as the horizon)"),
         "greedy_z": (0.0, _FLOAT(0.0, 10.0),
                      "in [0, 10] (the greedy choice is the eligible configuration with the lowest mean + greedy_z sd: "
                      "0 = the lowest mean; larger values discount a low mean that rests on a wide posterior, the "
@@ -945,7 +946,7 @@ class TailorPolicy(Policy):
         seen[0] += 1
         best = self._greedy(mean, sd, ok)  # the greedy choice, and a probe's second centre
         if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, best)) is not None \
-                and self._worth(mean, sd, opt, best, group, seen[0]):
+                and self._worth(mean, sd, opt, best, group, self._horizon(cell, seen[0])):
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
@@ -960,7 +961,16 @@ class TailorPolicy(Policy):
             return Decision(safe, 1.0, gid, "guard")
         return Decision(default, 1.0, gid, "default")  # the budget holds first
 
-    def _worth(self, mean: np.ndarray, sd: np.ndarray, probe: int, best: int, group: str, loads: int) -> bool:
+    def _horizon(self, cell: tuple, group_loads: float) -> float:
+        """The page loads a probe's lesson is priced over: the group's so far (``kg``) or, with ``kg_cell``, the
+        context cell's own (level cell: website, device, RTT, goodput and loss bins), which its contrast serves
+        first."""
+        if self.probe_value != "kg_cell":
+            return group_loads
+        key = cell[:5]
+        return float(self._stats[key][0].sum()) if key in self._stats else 0.0
+
+    def _worth(self, mean: np.ndarray, sd: np.ndarray, probe: int, best: int, group: str, loads: float) -> bool:
         """``probe_value='kg'``: is one page load of ``probe`` worth its expected cost? Its knowledge gradient
         (Frazier, Powell and Dayanik 2008) is the expected fall of the lowest posterior mean after one more page load
         of it, ``s f(-|mean - mean_best| / s)`` with ``f(z) = z Phi(z) + phi(z)`` and ``s`` the sd of the change of
@@ -1727,7 +1737,8 @@ class TailorPolicy(Policy):
                 and pay(1.0 - share, best):
             main = best
         probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None
-        if probe is not None and not self._worth(mean, sd, probe, best, group, self._times.get(group, (0, 0.0))[0]):
+        if probe is not None and not self._worth(mean, sd, probe, best, group,
+                                                 self._horizon(cell, self._times.get(group, (0, 0.0))[0])):
             probe = None
         if probe is None or not pay(share, probe):
             return {main: 1.0}

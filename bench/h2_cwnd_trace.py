@@ -201,8 +201,7 @@ def report_others(results: dict) -> None:
     for key, loads in results.items():
         if key == "emulator":
             continue
-        plts = sorted(ld["plt_ms"] for ld in loads)
-        print(f"\n{key}: PLT median {plts[len(plts) // 2] if len(plts) % 2 else sum(plts[len(plts) // 2 - 1:][:2]) / 2:.0f} ms")
+        print(f"\n{key}: PLT median {np.median([ld['plt_ms'] for ld in loads]):.0f} ms")
         for ld in loads:
             conns = ld["connections"]
             if not conns:

@@ -266,10 +266,15 @@ func FlushFinal(parent context.Context, sink Sink) error {
 	err := sink.Flush(ctx)
 	if st, ok := sink.(interface{ Stats() QueueStats }); ok && err == nil {
 		if n := st.Stats().Pending; n > 0 {
-			err = fmt.Errorf("%w: %d records not delivered at shutdown", ErrTelemetry, n)
+			err = undelivered(ErrTelemetry, n)
 		}
 	}
 	return err
+}
+
+// undelivered is the last flush's error when n records stay buffered.
+func undelivered(cause error, n int) error {
+	return fmt.Errorf("%w: %d records not delivered at shutdown", cause, n)
 }
 
 // errRetry is a retryable failure; wait is the server's Retry-After (0 = none).
@@ -321,7 +326,7 @@ func (s *HTTPSink) Flush(ctx context.Context) error {
 				continue // the same batch again
 			}
 			if final {
-				return errors.Join(firstErr, fmt.Errorf("%w: %d records not delivered at shutdown", err, s.q.stats().Pending))
+				return errors.Join(firstErr, undelivered(err, s.q.stats().Pending))
 			}
 			return errors.Join(firstErr, fmt.Errorf("%w (retry in %v, %d records buffered)", err, time.Until(s.next).Round(time.Millisecond), s.q.stats().Pending))
 		default: // refused for good: drop the batch, go on with the next

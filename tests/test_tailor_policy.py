@@ -906,6 +906,28 @@ def test_greedy_z_discounts_a_low_mean_that_rests_on_a_wide_posterior():
         _policy(greedy_z=-1.0)
 
 
+def test_greedy_own_waits_for_the_cells_own_page_loads():
+    """``greedy_own`` k: the configuration with the lowest mean becomes the greedy choice only once the context's
+    level cell (every hour bin) has played it k times and, where the safe choice has k page loads there too, its own
+    mean log time is below the safe choice's; 0 never asks."""
+    pol, _ = _policy(greedy_own=2)
+    cell = ("site", "desktop", 2, 3, 0, 1)
+    assert not pol._confirmed(cell, 1, 0)  # a cell never seen
+    row = pol._own().row(cell[:5])
+    n, total = pol._own().used()[:, row]
+    n[1], total[1] = 1.0, math.log(900.0)
+    assert not pol._confirmed(cell, 1, 0) and not pol._confirmed(cell, 2, 0)
+    n[1], total[1] = 2.0, 2 * math.log(900.0)
+    assert pol._confirmed(cell, 1, 0) and pol._confirmed(cell[:5] + (3,), 1, 0)  # every hour bin
+    n[0], total[0] = 2.0, 2 * math.log(1000.0)  # the safe choice's own page loads: slower, confirmed
+    assert pol._confirmed(cell, 1, 0)
+    total[0] = 2 * math.log(800.0)  # faster: not confirmed
+    assert not pol._confirmed(cell, 1, 0) and not pol._confirmed(cell, 2, 0)
+    assert _policy()[0]._confirmed(cell, 2, 0)
+    with pytest.raises(Exception, match="greedy_own"):
+        _policy(greedy_own=-1)
+
+
 def test_probe_value_kg_stops_probing_where_little_can_be_learned():
     """A probe expected 10% slower than the greedy choice: with a wide posterior one page load may reveal it
     faster, worth it for a group with many page loads; once its posterior is narrow, one more page load moves the

@@ -452,6 +452,11 @@ class TailorPolicy(Policy):
                      "in [0, 10] (the greedy choice is the eligible configuration with the lowest mean + greedy_z sd: "
                      "0 = the lowest mean; larger values discount a low mean that rests on a wide posterior, the "
                      "winner's curse of taking the lowest of many noisy means)"),
+        "greedy_own": (0, lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1000,
+                       "an integer in [0, 1000] (a configuration may be the greedy choice only once the context's own "
+                       "page loads of it, its level cell over every hour, number at least this many and, where the safe "
+                       "choice has as many there, their mean log time is below the safe choice's: the shared model "
+                       "proposes, the cell's own page loads confirm; 0 = no such condition)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -476,7 +481,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_value": "any", "greedy_z": 0.0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_value": "any", "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -953,7 +958,8 @@ class TailorPolicy(Policy):
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
-            if best != safe and mean[best] < ucb[safe] - self.min_gain and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
+            if best != safe and mean[best] < ucb[safe] - self.min_gain and self._confirmed(cell, best, safe) \
+                    and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
                 return Decision(best, 1.0, gid, "exploit")
         if ucb[safe] <= 0.0:
             return Decision(safe, 1.0, gid, "default" if safe == default else "exploit")
@@ -987,6 +993,22 @@ class TailorPolicy(Policy):
         z = -abs(excess) / step
         kg = step * (z * 0.5 * math.erfc(-z / math.sqrt(2.0)) + math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi))
         return max(loads, 1) * kg >= max(excess, 0.0)
+
+    def _confirmed(self, cell: tuple, config: int, against: int) -> bool:
+        """``greedy_own`` k: has the context's level cell (every hour bin) played ``config`` at least k times, and,
+        where it has played ``against`` (the safe choice) k times too, is its own mean log time below that one's?
+        The shared model proposes the greedy choice; the cell's own page loads, which did not choose it, confirm."""
+        if self.greedy_own <= 0:
+            return True
+        own = self._own()
+        key = cell[:5]
+        if key not in own:
+            return False
+        n, total = own[key]
+        k = self.greedy_own
+        if n[config] < k:
+            return False
+        return bool(n[against] < k or total[config] / n[config] < total[against] / n[against])
 
     def _greedy(self, mean: np.ndarray, sd: np.ndarray, ok: np.ndarray) -> int:
         """The greedy choice among the configurations the guard allows: the lowest ``mean + greedy_z * sd``."""
@@ -1734,7 +1756,7 @@ class TailorPolicy(Policy):
         main = safe
         best = self._greedy(mean, sd, ok)
         if self.exploit == "greedy" and best != safe and mean[best] < ucb[safe] - self.min_gain \
-                and pay(1.0 - share, best):
+                and self._confirmed(cell, best, safe) and pay(1.0 - share, best):
             main = best
         probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None
         if probe is not None and not self._worth(mean, sd, probe, best, group,

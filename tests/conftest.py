@@ -1,6 +1,8 @@
 """Shared fixtures: a small real scenario and the model oracle (no mocks)."""
 
+import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,17 @@ from tailor.scenario import load_scenario
 @pytest.fixture(scope="session")
 def oracle():
     return default_oracle()
+
+
+@pytest.fixture(scope="session")
+def bench_script():
+    """Load a script of bench/ by name as a module (bench/ is not a package)."""
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    return load
 
 
 @pytest.fixture(scope="session")

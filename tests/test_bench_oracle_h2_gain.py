@@ -2,22 +2,14 @@
 versions, measured and predicted side by side; pairs without their HTTP/1.1 twin and other controls left out. And the
 whole table on the committed tb-v3 dataset, one row per page cell."""
 
-import importlib.util
 import math
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("oracle_h2_gain", ROOT / "bench" / "oracle_h2_gain.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_ratios_pair_each_http2_time_with_its_http11_twin():
-    gain = _module()
+def test_ratios_pair_each_http2_time_with_its_http11_twin(bench_script):
+    gain = bench_script("oracle_h2_gain")
     times = {("cubic", 10, 200, "2"): 90.0, ("cubic", 10, 200, "1.1"): 100.0,
              ("reno", 32, 200, "2"): 120.0, ("reno", 32, 200, "1.1"): 100.0,
              ("cubic", 64, 200, "2"): 10.0,  # no HTTP/1.1 twin: left out
@@ -29,8 +21,8 @@ def test_ratios_pair_each_http2_time_with_its_http11_twin():
     assert all(math.isnan(x) for x in gain.ratios(times, predicted, ("vegas",)))
 
 
-def test_the_table_on_tb_v3(capsys):
-    _module().main(["--dataset", str(ROOT / "data" / "oracle" / "tb-v3")])
+def test_the_table_on_tb_v3(capsys, bench_script):
+    bench_script("oracle_h2_gain").main(["--dataset", str(ROOT / "data" / "oracle" / "tb-v3")])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 3g-peak | page-light-1 |")]
     assert len(rows) == 1
     loss_based = rows[0].split("|")[3].split("/")

@@ -53,8 +53,9 @@ def site_popularity(rng: np.random.Generator, n_sites: int, zipf_s: float = 1.0)
 
 
 def build_clients(rng, tiers, n_clients: int, clients_per_prefix: float, popularity: np.ndarray,
-                  spreads: Spreads = Spreads()) -> list[Client]:
-    """Draw each client's tier and region, group clients into ISPs and /24s, and give them habits."""
+                  spreads: Spreads = Spreads(), isps_per_pool: int = 0) -> list[Client]:
+    """Draw each client's tier and region, group clients into ISPs and /24s, and give them habits. A pool (family,
+    access, region) gets ``isps_per_pool`` ISPs, or with 0 one per CLIENTS_PER_ISP clients (at least 2)."""
     tier_idx = stratified(rng, np.array([t.weight for _, t in tiers]), n_clients)
     by_key: dict[tuple[str, str, str, str], list[int]] = {}  # clients per ISP pool (family, access, region)
     for c, ti in enumerate(tier_idx):
@@ -65,7 +66,8 @@ def build_clients(rng, tiers, n_clients: int, clients_per_prefix: float, popular
     alloc = _Allocator()
     for key in sorted(by_key):
         members = by_key[key]
-        n_isps = min(len(members), max(2, math.ceil(len(members) / CLIENTS_PER_ISP)))
+        wanted = isps_per_pool or max(2, math.ceil(len(members) / CLIENTS_PER_ISP))
+        n_isps = min(len(members), wanted)
         isp_of = rng.integers(n_isps, size=len(members))
         for isp in range(n_isps):
             ids = [m for m, i in zip(members, isp_of) if i == isp]

@@ -155,11 +155,9 @@ class GroupingData:
         self.bin_s = bin_s
         self.meta: dict[str, tuple[str, int]] = {}
         self._bins: dict[str, dict[int, np.ndarray]] = defaultdict(dict)
-        self.first_s: float | None = None  # time of the first sample ever added (how long the history is)
 
     def add(self, prefix: str, asn: int, region: str, time_s: float, goodput_mbps: float, rtt_ms: float) -> None:
         self.meta[prefix] = (region, asn)
-        self.first_s = time_s if self.first_s is None else min(self.first_s, time_s)
         b = int(time_s // self.bin_s)
         row = self._bins[prefix].get(b)
         if row is None:

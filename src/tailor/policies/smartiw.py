@@ -176,12 +176,6 @@ class SmartIWPolicy(Policy):
         "coverage": (1.0, lambda v: isinstance(v, float) and 0.0 < v <= 1.0, "a float in (0, 1]"),
         "warmup_s": (1800.0, *_POS),
         "regroup_s": (86400.0, *_POS),
-        # not in the paper (cold start, docs/smartiw.md): "doubling" regroups whenever the history has doubled until
-        # it spans regroup_s (J over 3 bins is mostly sampling noise); "once" groups at warmup_s, then every regroup_s
-        "cold_regroup": ("doubling", lambda v: v in ("doubling", "once"), "'doubling' or 'once'"),
-        # not in the paper: a group new at a regrouping starts from the arm list of the group its members had
-        # ("parent"; fresh statistics) or from the paper's initial arms ("initial")
-        "new_arms": ("parent", lambda v: v in ("parent", "initial"), "'parent' or 'initial'"),
     }
 
     def _init_state(self) -> None:
@@ -242,14 +236,7 @@ class SmartIWPolicy(Policy):
             self._next_iteration += steps * self.iteration_s
         if self.grouping and now >= self._next_regroup:
             self._regroup(now)
-            self._next_regroup = now + self._regroup_period(now)
-
-    def _regroup_period(self, now: float) -> float:
-        """regroup_s; during the cold start ("doubling") sooner: when the history will have doubled."""
-        first = self._data.first_s
-        if self.cold_regroup == "once" or first is None:
-            return self.regroup_s
-        return min(self.regroup_s, max(now - first, self.bin_s))
+            self._next_regroup = now + self.regroup_s
 
     def _step_up(self, pos: int) -> int | None:
         """Ladder position of the smallest allowed IW >= IW + Δ (Δ in segments, as in the paper)."""
@@ -265,26 +252,10 @@ class SmartIWPolicy(Policy):
         end = int(now // self.bin_s)
         first = max(0, int((now - self.regroup_s) // self.bin_s))
         series = self._data.window(first, end)
-        old, old_learners = self._grouping, self._learners
         self._grouping = build_groups(series, self._data.meta, self._requirement, self._requirement.jitter_of)
         live = set(self._grouping.members)
-        self._learners = {g: learner for g, learner in old_learners.items() if g in live}
-        if self.new_arms == "parent":
-            for gid in sorted(live - set(self._learners)):
-                parent = self._parent(old, old_learners, self._grouping.members[gid])
-                if parent is not None:
-                    self._learners[gid] = GroupLearner(parent.ucb.arms, self.xi)
+        self._learners = {g: learner for g, learner in self._learners.items() if g in live}
         self._data.prune(first)
-
-    def _parent(self, old: Grouping, learners: dict, members: list[str]) -> GroupLearner | None:
-        """The learner of the old group that served most of a new group's member subnets (None: none had one)."""
-        votes: dict[str, int] = {}
-        for prefix in members:
-            region, asn = self._data.meta[prefix]
-            gid = old.lookup(prefix, asn, region)
-            if gid in learners:
-                votes[gid] = votes.get(gid, 0) + 1
-        return learners[max(sorted(votes), key=votes.get)] if votes else None
 
     # -- decision tables (the IW Table of §V-A): one IW per group, longest-prefix rules per subnet
     def table_groups(self):

@@ -19,11 +19,12 @@ from tailor.oracle.websites import is_search_response, search_catalog
 from tailor.policies import make_policy
 from tailor.scenario import facts, generate
 from tailor.scenario.families import SEARCH_PROVINCES
-from tailor.scenario.generate import DEFAULT_SESSIONS
+from tailor.scenario.generate import DEFAULT_SESSIONS, SEARCH_SETTINGS
 from tailor.sim import SimConfig, Simulator
 from tailor.space import ConfigSpace
 
 ORACLE = ModelOracle()
+BIN_S = 600.0  # SmartIW's time bin (§VI-A: 10 minutes)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +75,9 @@ def test_groups_of_a_province_and_an_isp_can_meet_s_min(scenario):
     flows = _flows(scenario)
     per_isp, per_subnet = Counter(), Counter()
     for t, *_, client in flows:
-        per_isp[(client.region, client.asn, int(t // 600))] += 1
-        per_subnet[(client.prefix, int(t // 600))] += 1
-    bins = range(int(2 * 3600 // 600))  # the bins the sessions arrive in (after them, a tail of late queries)
+        per_isp[(client.region, client.asn, int(t // BIN_S))] += 1
+        per_subnet[(client.prefix, int(t // BIN_S))] += 1
+    bins = range(int(SEARCH_SETTINGS.horizon_s // BIN_S))  # the bins the sessions arrive in (then a tail of late queries)
     isps = {k[:2] for k in per_isp}
     assert len(isps) == 3 * 3 * len(SEARCH_PROVINCES)  # three ISPs per (access, province)
     meets = [isp for isp in isps if min(per_isp[(*isp, b)] for b in bins) >= facts.SMARTIW_S_MIN]

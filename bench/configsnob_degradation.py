@@ -35,7 +35,9 @@ def labelled(policy):
     def _draw(gid, ctx):
         d = draw(gid, ctx)
         choices = policy._choices[gid]
-        if gid.startswith("ov:"):
+        if d.arm == "reference":  # default_share: the default's share of every group's loads (§5.2)
+            phase, arm = "reference", "-"
+        elif gid.startswith("ov:"):
             phase, arm = "initial", d.arm
         elif len(choices) != 3:  # a cold group: BO model 1 alone, or (controlled) its safe choice + a proposal
             phase, arm = "cold", d.arm

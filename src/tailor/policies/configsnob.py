@@ -87,6 +87,12 @@ class ConfigSnobPolicy(Policy):
         # ours: one causal forest over every website ('pooled') or one per website on its own samples ('site': one
         # Config-Snob per service, as the paper ran it), the pooled forest answering where a website's own cannot fit
         "forest": ("pooled", lambda v: v in ("pooled", "site"), "'pooled' or 'site'"),
+        # §5.2: "We configure the servers to keep using the default configurations for 20% of user requests": the
+        # default's share of every group's loads, drawn like any arm (the client's cohort draw, so it compiles into
+        # the tables) and, unlike the platform's ``holdback`` (a control group whose outcomes never reach the
+        # learner), learned from as samples of the default; 0 = none
+        "default_share": (0.0, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1,
+                          "in [0, 1)"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -145,9 +151,17 @@ class ConfigSnobPolicy(Policy):
     def _draw(self, gid: str, ctx: Context) -> Decision:
         """Sample the group's arms as a table edge does (spec/decision.md): the client's cohort draw picks
         the arm, so a client stays on one arm while the group's choices stand."""
-        choices = self._choices[gid]
+        choices = self._served(gid)
         config, p, arm = choices[pick(thresholds([c[1] for c in choices]), self.cohort(ctx))]
         return Decision(config, p, gid, arm)
+
+    def _served(self, gid: str) -> list[tuple[int, float, str]]:
+        """The group's arms with the default's share (``default_share``, §5.2) in front, the rest scaled down."""
+        choices = self._choices[gid]
+        s = self.default_share
+        if not s:
+            return choices
+        return [(self.space.default_index, s, "reference"), *((c, p * (1.0 - s), arm) for c, p, arm in choices)]
 
     def _observe(self, ctx: Context, decision: Decision, outcome: Outcome) -> None:
         """Store the sample; it reaches the models at the next plan() (one updating cycle later)."""
@@ -335,7 +349,7 @@ class ConfigSnobPolicy(Policy):
 
     # -- decision tables
     def table_groups(self) -> dict[str, dict[int, float]]:
-        groups = {gid: self._merge(choices) for gid, choices in self._choices.items()}
+        groups = {gid: self._merge(self._served(gid)) for gid in self._choices}
         return {"default": {self.space.default_index: 1.0}, **groups}
 
     @staticmethod

@@ -928,6 +928,38 @@ def test_greedy_own_waits_for_the_cells_own_page_loads():
         _policy(greedy_own=-1)
 
 
+def test_greedy_check_measures_how_much_slower_than_predicted_the_departures_were():
+    """``greedy_check='on'``: a group whose non-probe departures came out 20% slower than predicted, where the
+    baseline's page loads came out as predicted, adds that excess (less two standard errors) to the greedy choice's
+    mean; nothing until both sides have 10 page loads, nothing when the departures were as predicted, nothing with
+    'off'. Probes and a table's probe are not departures; a table's main choice is."""
+    pol, _ = _policy(greedy_check="on")
+    rng = np.random.default_rng(3)
+    g = "g"
+    base_err, dep_err = rng.normal(0.0, 0.1, 40), rng.normal(0.2, 0.1, 40)
+    pol._sel_add(g, np.zeros(9, bool), np.ones(9, bool), base_err[:9])
+    pol._sel_add(g, np.ones(9, bool), np.zeros(9, bool), dep_err[:9])
+    assert pol._optimism(g) == 0.0  # fewer than 10 a side
+    pol._sel_add(g, np.zeros(31, bool), np.ones(31, bool), base_err[9:])
+    pol._sel_add(g, np.ones(31, bool), np.zeros(31, bool), dep_err[9:])
+    se = math.sqrt(dep_err.var(ddof=1) / 40 + base_err.var(ddof=1) / 40)
+    assert pol._optimism(g) == pytest.approx(dep_err.mean() - base_err.mean() - 2 * se)
+    assert 0.1 < pol._optimism(g) < 0.25
+    pol._sel_add("h", np.zeros(40, bool), np.ones(40, bool), base_err)
+    pol._sel_add("h", np.ones(40, bool), np.zeros(40, bool), rng.normal(0.0, 0.1, 40))
+    assert pol._optimism("h") == 0.0
+    off, _ = _policy()
+    off._sel = pol._sel
+    assert off._optimism(g) == 0.0
+    other = (pol.baseline_index + 1) % len(pol.space)
+    assert pol._departure(Decision(other, 1.0, g, "exploit")) and pol._departure(Decision(other, 1.0, g, "guard"))
+    assert not pol._departure(Decision(other, 1.0, g, "explore"))
+    assert not pol._departure(Decision(pol.baseline_index, 1.0, g, "exploit"))
+    assert pol._departure(Decision(other, 0.9, g, "table")) and not pol._departure(Decision(other, 0.1, g, "table"))
+    with pytest.raises(Exception, match="greedy_check"):
+        _policy(greedy_check="yes")
+
+
 def test_probe_value_kg_stops_probing_where_little_can_be_learned():
     """A probe expected 10% slower than the greedy choice: with a wide posterior one page load may reveal it
     faster, worth it for a group with many page loads; once its posterior is narrow, one more page load moves the

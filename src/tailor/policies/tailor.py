@@ -457,6 +457,12 @@ class TailorPolicy(Policy):
                        "page loads of it, its level cell over every hour, number at least this many and, where the safe "
                        "choice has as many there, their mean log time is below the safe choice's: the shared model "
                        "proposes, the cell's own page loads confirm; 0 = no such condition)"),
+        "greedy_check": ("off", lambda v: v in ("off", "on", "mean"),
+                         "'on' (per client group, the prediction errors of the page loads served by a departure that "
+                         "was not a probe, observed outcome minus the prediction made before it was known, are compared "
+                         "with the baseline's; the departures' excess, less two standard errors, is added to the greedy "
+                         "choice's mean before it must beat the safe choice: a group whose greedy choices turned out "
+                         "slower than predicted needs a larger predicted gain) or 'off'"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -481,7 +487,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_value": "any", "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -602,6 +608,9 @@ class TailorPolicy(Policy):
         self._pool_at = np.zeros(0, dtype=np.int64)
         self._pool_index: dict[tuple, int] = {}
         self._since_alarm: dict[str, int] = {}
+        # greedy_check: per client group, the prediction errors of non-probe departures and of the baseline (count,
+        # sum, sum of squares each)
+        self._sel: dict[str, list[float]] = {}
         self._alarms: list[tuple[float, str]] = []
         self._now = 0.0
 
@@ -958,8 +967,8 @@ class TailorPolicy(Policy):
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
-            if best != safe and mean[best] < ucb[safe] - self.min_gain and self._confirmed(cell, best, safe) \
-                    and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
+            if best != safe and mean[best] + self._optimism(group) < ucb[safe] - self.min_gain \
+                    and self._confirmed(cell, best, safe) and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
                 return Decision(best, 1.0, gid, "exploit")
         if ucb[safe] <= 0.0:
             return Decision(safe, 1.0, gid, "default" if safe == default else "exploit")
@@ -1009,6 +1018,35 @@ class TailorPolicy(Policy):
         if n[config] < k:
             return False
         return bool(n[against] < k or total[config] / n[config] < total[against] / n[against])
+
+    def _optimism(self, group: str) -> float:
+        """``greedy_check='on'``: how much slower than predicted the group's non-probe departures turned out, beyond
+        the baseline's own prediction errors (the difference of their mean errors less two standard errors, at
+        least 0; 0 until each side has 10 page loads). The greedy choice takes the lowest of many posterior means,
+        which is optimistic by construction; this measures that optimism where it is paid instead of assuming it."""
+        s = self._sel.get(group) if self.greedy_check != "off" else None
+        if s is None or s[0] < 10 or s[3] < 10:
+            return 0.0
+        md, mb = s[1] / s[0], s[4] / s[3]
+        vd = max(s[2] - s[0] * md * md, 0.0) / (s[0] - 1.0)
+        vb = max(s[5] - s[3] * mb * mb, 0.0) / (s[3] - 1.0)
+        z = 0.0 if self.greedy_check == "mean" else 2.0
+        return max(0.0, md - mb - z * math.sqrt(vd / s[0] + vb / s[3]))
+
+    def _sel_add(self, group: str, departure: np.ndarray, baseline: np.ndarray, err: np.ndarray) -> None:
+        """Add prediction errors of a group's page loads to its ``greedy_check`` sums."""
+        s = self._sel.setdefault(group, [0.0] * 6)
+        for k, m in ((0, departure), (3, baseline)):
+            e = err[m]
+            s[k], s[k + 1], s[k + 2] = s[k] + len(e), s[k + 1] + float(e.sum()), s[k + 2] + float(e @ e)
+
+    def _departure(self, decision: Decision) -> bool:
+        """A page load served off the baseline by a choice that was not a probe: the online greedy or guard
+        choice, or a table's main choice (drawn with probability above one half; a table's probe has
+        ``explore_share``)."""
+        if decision.config == self._base:
+            return False
+        return decision.arm in ("exploit", "guard") or (decision.arm == "table" and decision.probability > 0.5)
 
     def _greedy(self, mean: np.ndarray, sd: np.ndarray, ok: np.ndarray) -> int:
         """The greedy choice among the configurations the guard allows: the lowest ``mean + greedy_z * sd``."""
@@ -1136,6 +1174,9 @@ class TailorPolicy(Policy):
         s2 = self._noise(group)
         z = (logy - level - float(mean[c])) / math.sqrt(s2 + level_var + float(sd[c]) ** 2) \
             if self._n and n_cell >= 10 else 0.0
+        if self.greedy_check != "off" and self._n and n_cell >= 10 and decision.arm != SERVED:
+            e = np.array([logy - level - float(mean[c])])
+            self._sel_add(group, np.array([self._departure(decision)]), np.array([c == self._base]), e)
         if c != self._base and self._n and n_cell >= 10:  # the fitted model's errors, once the cell's level is known
             # squared error of the effect, the noise and the level's uncertainty removed
             v_eff = float(sd[c] / self._kappa) ** 2
@@ -1249,6 +1290,13 @@ class TailorPolicy(Policy):
         s2 = np.array([self._noise(g) for g in names])[gidx]
         err = logy - level - mean
         z = np.where(live, err / np.sqrt(s2 + level_var + sd ** 2), 0.0)
+        if self.greedy_check != "off" and live.any():
+            pol = np.fromiter((it[1].arm != SERVED for it in items), bool, m)  # not a guardrail's page load
+            dep = np.fromiter((self._departure(it[1]) for it in items), bool, m) & live & pol
+            bas = base & live & pol
+            for j in np.unique(gidx[dep | bas]).tolist():
+                mine = gidx == j
+                self._sel_add(names[j], dep[mine], bas[mine], err[mine])
         off = ~base & live  # the fitted model's errors, once the cell's level is known
         v_eff = (sd[off] / self._kappa) ** 2
         e2 = err[off] ** 2 - s2[off] - level_var[off] - v_eff
@@ -1755,7 +1803,7 @@ class TailorPolicy(Policy):
             safe = self._base
         main = safe
         best = self._greedy(mean, sd, ok)
-        if self.exploit == "greedy" and best != safe and mean[best] < ucb[safe] - self.min_gain \
+        if self.exploit == "greedy" and best != safe and mean[best] + self._optimism(group) < ucb[safe] - self.min_gain \
                 and self._confirmed(cell, best, safe) and pay(1.0 - share, best):
             main = best
         probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None

@@ -956,6 +956,14 @@ def test_greedy_check_measures_how_much_slower_than_predicted_the_departures_wer
     assert not pol._departure(Decision(other, 1.0, g, "explore"))
     assert not pol._departure(Decision(pol.baseline_index, 1.0, g, "exploit"))
     assert pol._departure(Decision(other, 0.9, g, "table")) and not pol._departure(Decision(other, 0.1, g, "table"))
+    mean = np.linspace(-0.2, 0.2, len(pol.space))
+    assert pol._charged(mean, g) == (mean, pol._optimism(g)) and off._charged(mean, g) == (mean, 0.0)
+    sh, _ = _policy(greedy_check="shift")
+    sh._sel = pol._sel
+    shifted, charge = sh._charged(mean, g)
+    d = sh._optimism(g)
+    assert charge == 0.0 and d > 0.1 and shifted[sh.baseline_index] == mean[sh.baseline_index]
+    assert np.allclose(np.delete(shifted - mean, sh.baseline_index), d)
     with pytest.raises(Exception, match="greedy_check"):
         _policy(greedy_check="yes")
 

@@ -457,12 +457,14 @@ class TailorPolicy(Policy):
                        "page loads of it, its level cell over every hour, number at least this many and, where the safe "
                        "choice has as many there, their mean log time is below the safe choice's: the shared model "
                        "proposes, the cell's own page loads confirm; 0 = no such condition)"),
-        "greedy_check": ("off", lambda v: v in ("off", "on", "mean"),
+        "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift"),
                          "'on' (per client group, the prediction errors of the page loads served by a departure that "
                          "was not a probe, observed outcome minus the prediction made before it was known, are compared "
                          "with the baseline's; the departures' excess, less two standard errors, is added to the greedy "
                          "choice's mean before it must beat the safe choice: a group whose greedy choices turned out "
-                         "slower than predicted needs a larger predicted gain) or 'off'"),
+                         "slower than predicted needs a larger predicted gain), 'mean' (the excess itself), 'shift' (the "
+                         "excess added to every configuration's effect but the baseline's, before every choice: only "
+                         "leaving the baseline pays for it) or 'off'"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -953,6 +955,7 @@ class TailorPolicy(Policy):
         cell = self._cell(ctx)
         group, gid = self._group(cell), self._gid(cell)
         mean, sd, level, level_var = self._effects(cell, group, self._stats_lag if self.cell_lag == "plan" else None)
+        mean, charge = self._charged(mean, group)
         default = self._base
         ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
@@ -967,7 +970,7 @@ class TailorPolicy(Policy):
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
-            if best != safe and mean[best] + self._optimism(group) < ucb[safe] - self.min_gain \
+            if best != safe and mean[best] + charge < ucb[safe] - self.min_gain \
                     and self._confirmed(cell, best, safe) and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
                 return Decision(best, 1.0, gid, "exploit")
         if ucb[safe] <= 0.0:
@@ -1030,8 +1033,21 @@ class TailorPolicy(Policy):
         md, mb = s[1] / s[0], s[4] / s[3]
         vd = max(s[2] - s[0] * md * md, 0.0) / (s[0] - 1.0)
         vb = max(s[5] - s[3] * mb * mb, 0.0) / (s[3] - 1.0)
-        z = 0.0 if self.greedy_check == "mean" else 2.0
+        z = 2.0 if self.greedy_check == "on" else 0.0
         return max(0.0, md - mb - z * math.sqrt(vd / s[0] + vb / s[3]))
+
+    def _charged(self, mean: np.ndarray, group: str) -> tuple[np.ndarray, float]:
+        """``greedy_check``: the effects a decision reads and the charge on the greedy choice alone. 'shift' adds the
+        group's measured optimism to every configuration's effect but the baseline's; 'on' and 'mean' return it as
+        the greedy choice's charge."""
+        d = self._optimism(group)
+        if not d:
+            return mean, 0.0
+        if self.greedy_check != "shift":
+            return mean, d
+        out = mean + d
+        out[self._base] = mean[self._base]
+        return out, 0.0
 
     def _sel_add(self, group: str, departure: np.ndarray, baseline: np.ndarray, err: np.ndarray) -> None:
         """Add prediction errors of a group's page loads to its ``greedy_check`` sums."""
@@ -1783,6 +1799,7 @@ class TailorPolicy(Policy):
         page loads or for a table group without page loads in the last period (``loads``: those of every cell the
         table group covers)."""
         mean, sd, level, level_var = self._effects(cell, group)
+        mean, charge = self._charged(mean, group)
         ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))
         if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:
@@ -1803,7 +1820,7 @@ class TailorPolicy(Policy):
             safe = self._base
         main = safe
         best = self._greedy(mean, sd, ok)
-        if self.exploit == "greedy" and best != safe and mean[best] + self._optimism(group) < ucb[safe] - self.min_gain \
+        if self.exploit == "greedy" and best != safe and mean[best] + charge < ucb[safe] - self.min_gain \
                 and self._confirmed(cell, best, safe) and pay(1.0 - share, best):
             main = best
         probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None

@@ -1023,9 +1023,9 @@ class TailorPolicy(Policy):
         return bool(n[against] < k or total[config] / n[config] < total[against] / n[against])
 
     def _optimism(self, group: str) -> float:
-        """``greedy_check='on'``: how much slower than predicted the group's non-probe departures turned out, beyond
-        the baseline's own prediction errors (the difference of their mean errors less two standard errors, at
-        least 0; 0 until each side has 10 page loads). The greedy choice takes the lowest of many posterior means,
+        """``greedy_check``: how much slower than predicted the group's non-probe departures turned out, beyond the
+        baseline's own prediction errors (the difference of their mean errors, less two standard errors with 'on',
+        at least 0; 0 until each side has 10 page loads, and with 'off'). The greedy choice takes the lowest of many posterior means,
         which is optimistic by construction; this measures that optimism where it is paid instead of assuming it."""
         s = self._sel.get(group) if self.greedy_check != "off" else None
         if s is None or s[0] < 10 or s[3] < 10:

@@ -1271,21 +1271,21 @@ class TailorPolicy(Policy):
         ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
         # budget: the realised terms replace the reservations; the groups' baseline-time estimates
         # (page loads a guardrail served are not the policy's decisions: not charged)
-        own = np.fromiter((it[1].arm != SERVED for it in items), bool, m)
+        decided = np.fromiter((it[1].arm != SERVED for it in items), bool, m)
         term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
         if self._reserved:
             term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)
-        slack = np.bincount(gidx, term * own, len(names))
+        slack = np.bincount(gidx, term * decided, len(names))
         count = np.bincount(gidx, minlength=len(names))
-        owned = np.bincount(gidx, own, len(names))
-        low = np.bincount(gidx, y * np.exp(-ucb) * own, len(names))
+        owned = np.bincount(gidx, decided, len(names))
+        low = np.bincount(gidx, y * np.exp(-ucb) * decided, len(names))
         for j, g in enumerate(names):
             if owned[j] or g in self._times:
                 self._slack[g] = self._slack.get(g, 0.0) + float(slack[j])
                 n_g, sum_g = self._times.get(g, (0, 0.0))
                 self._times[g] = (n_g + int(owned[j]), sum_g + float(low[j]))
         crow = self._played.rows(cells)
-        self._played.data[0, crow] += np.bincount(pair, y * own, len(cells) * n_cfg).reshape(len(cells), n_cfg)
+        self._played.data[0, crow] += np.bincount(pair, y * decided, len(cells) * n_cfg).reshape(len(cells), n_cfg)
         # clients' offsets (from before the batch), then their residuals
         raw = np.log(y)
         ids = [ctx.client.client_id for ctx in ctxs]
@@ -1306,13 +1306,10 @@ class TailorPolicy(Policy):
         s2 = np.array([self._noise(g) for g in names])[gidx]
         err = logy - level - mean
         z = np.where(live, err / np.sqrt(s2 + level_var + sd ** 2), 0.0)
-        if self.greedy_check != "off" and live.any():
-            pol = np.fromiter((it[1].arm != SERVED for it in items), bool, m)  # not a guardrail's page load
-            dep = np.fromiter((self._departure(it[1]) for it in items), bool, m) & live & pol
-            bas = base & live & pol
-            for j in np.unique(gidx[dep | bas]).tolist():
-                mine = gidx == j
-                self._sel_add(names[j], dep[mine], bas[mine], err[mine])
+        check = self.greedy_check != "off" and live.any()
+        if check:  # greedy_check's sums: the policy's own departures and baseline page loads, per group below
+            dep = np.fromiter((self._departure(it[1]) for it in items), bool, m) & live & decided
+            bas = base & live & decided
         off = ~base & live  # the fitted model's errors, once the cell's level is known
         v_eff = (sd[off] / self._kappa) ** 2
         e2 = err[off] ** 2 - s2[off] - level_var[off] - v_eff
@@ -1324,6 +1321,8 @@ class TailorPolicy(Policy):
         alarms: list[tuple[int, str]] = []
         for j, g in enumerate(names):
             mine = order[bounds[j]:bounds[j + 1]]  # the group's page loads, in order
+            if check:
+                self._sel_add(g, dep[mine], bas[mine], err[mine])
             at = cusum_run(self._cusum.setdefault(g, [0.0, 0.0]), z[mine], self.cusum_drift, self.cusum_h)
             if at:  # forget the group's own data: its cells start again from the shared model
                 alarms += [(int(mine[k]), g) for k in at]

@@ -93,6 +93,12 @@ class ConfigSnobPolicy(Policy):
         # learner), learned from as samples of the default; 0 = none
         "default_share": (0.0, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1,
                           "in [0, 1)"),
+        # ours, a reading of §3.3.4 ("substituting [average rewards] with the CF-derived estimates" where a configuration
+        # has < ci_min_count samples): which rewards rank the configuration a group exploits (steady Best, a cold
+        # group's best measured): 'reward' = every tried configuration by its reward, the CF estimate below
+        # ci_min_count (the earlier reading); 'measured' = only configurations with >= ci_min_count samples of their
+        # own, by their average, when any exists (the CF estimate then only ranks what is explored next)
+        "best_from": ("reward", lambda v: v in ("reward", "measured"), "'reward' or 'measured'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -100,7 +106,8 @@ class ConfigSnobPolicy(Policy):
     def __setstate__(self, state: dict) -> None:
         # a state pickled before ``limit_q``, ``numeric`` or ``forest``: what it was learned with (the average effect's
         # limit, one slope per numeric knob, one pooled forest)
-        self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {}, **state})
+        self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {},
+                              "best_from": "reward", **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -465,12 +472,16 @@ class ArmModels:
     def group(self, gid, ids, y, cols, ci, parent, steady_ok: bool) -> list[tuple[int, float, str]]:
         reward, counts, allowed = self._table(ids, y, cols, ci)
         tried = np.flatnonzero(counts > 0)
+        ranked = tried
+        if self.p.best_from == "measured" and (counts >= self.p.ci_min_count).any():
+            ranked = np.flatnonzero(counts >= self.p.ci_min_count)
         if steady_ok and len(tried) >= self.p.steady_configs:
-            return self._steady(gid, reward, tried, allowed)
-        return self._cold(gid, reward, tried, None if (self.controlled and ci is None) else allowed, parent)
+            return self._steady(gid, reward, tried, allowed, ranked)
+        return self._cold(gid, reward, tried, None if (self.controlled and ci is None) else allowed, parent, ranked)
 
-    def _steady(self, gid, reward, tried, allowed) -> list[tuple[int, float, str]]:
-        best = int(tried[np.argmin(reward[tried])])
+    def _steady(self, gid, reward, tried, allowed, ranked) -> list[tuple[int, float, str]]:
+        """Case 1 of §3.2.2: Best (the lowest reward among ``ranked``), BO model 2 near it, BO model 3."""
+        best = int(ranked[np.argmin(reward[ranked])])
         bo2 = self._propose((gid, 2), reward, tried, ALPHAS[1], self._near[best] & allowed)
         untried = allowed.copy()
         untried[tried] = False
@@ -482,7 +493,7 @@ class ArmModels:
         arms = ((best, "exploit"), (best if bo2 is None else bo2, "exploit"), (best if bo3 is None else bo3, "explore"))
         return [(int(c), p, arm) for (c, arm), p in zip(arms, ARM_P)]
 
-    def _cold(self, gid, reward, tried, allowed, parent) -> list[tuple[int, float, str]]:
+    def _cold(self, gid, reward, tried, allowed, parent, ranked) -> list[tuple[int, float, str]]:
         """BO model 1: the overlap node's initial trials first (prior knowledge), then EI (§3.2.2).
 
         Controlled: a proposal the causal forest has not rated ``margin`` better than the default (``allowed``
@@ -494,10 +505,10 @@ class ArmModels:
         untried = (np.ones(len(self.space), dtype=bool) if allowed is None else allowed).copy()
         untried[tried] = False
         nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
-        best = int(tried[np.argmin(reward[tried])])
+        best = int(ranked[np.argmin(reward[ranked])])
         if not self.controlled:
             return [(best, 1.0, "exploit")] if nxt is None else [(int(nxt), 1.0, "explore")]
-        safe = self._safe_best(reward, tried)
+        safe = self._safe_best(reward, ranked)
         if nxt is None:
             return [(safe, 1.0, "exploit")]
         if allowed is not None:  # rated better than the default by the forest: a vetted proposal
@@ -505,9 +516,9 @@ class ArmModels:
         share = self.p.explore_share
         return [(safe, 1.0 - share, "exploit"), (int(nxt), share, "explore")]
 
-    def _safe_best(self, reward, tried) -> int:
-        """The best tried configuration if it was measured ``margin`` better than the default, else the default."""
-        best = int(tried[np.argmin(reward[tried])])
+    def _safe_best(self, reward, ranked) -> int:
+        """The best ``ranked`` configuration if it was measured ``margin`` better than the default, else the default."""
+        best = int(ranked[np.argmin(reward[ranked])])
         return best if self._beats_default(reward, best) else self.space.default_index
 
     def _beats_default(self, reward, config: int) -> bool:

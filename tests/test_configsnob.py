@@ -154,6 +154,25 @@ def test_bandit_arm_probabilities(small_scenario, oracle):
             assert len(choices) == 1 and choices[0][1] == 1.0
 
 
+@pytest.mark.parametrize("scope", ["all", "site"])
+def test_group_scope_site_keeps_every_group_on_one_website(small_scenario, oracle, scope):
+    """group_scope='site': K-means groups are formed within each website, so no group's Best is chosen on another
+    website's loads; 'all' pools websites in a group (the case the parameter exists for)."""
+    from tailor.sim import SimConfig, Simulator
+
+    policy = make_policy("config-snob", seed=0, k_samples=5, steady_configs=3, group_scope=scope)
+    Simulator(small_scenario, oracle, SimConfig(update_freq_s=120.0, seed=5)).run(policy)
+    sites: dict[str, set] = {}
+    for path, gid in policy._assign.items():
+        if OVERLAP not in path and not gid.startswith(("p:", "ov:")):
+            sites.setdefault(gid, set()).add(path[0])
+    assert len(sites) >= 2, "too few K-means groups formed to tell"
+    if scope == "site":
+        assert all(len(s) == 1 and gid.startswith(f"{next(iter(s))}/g") for gid, s in sites.items())
+    else:
+        assert any(len(s) > 1 for s in sites.values())
+
+
 def test_one_forest_per_website(oracle):
     """forest='site': a website with enough samples gets its own forest, and its samples' CATEs are that forest's;
     the others' are the pooled forest's."""

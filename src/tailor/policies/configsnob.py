@@ -99,6 +99,11 @@ class ConfigSnobPolicy(Policy):
         # ci_min_count (the earlier reading); 'measured' = only configurations with >= ci_min_count samples of their
         # own, by their average, when any exists (the CF estimate then only ranks what is explored next)
         "best_from": ("reward", lambda v: v in ("reward", "measured"), "'reward' or 'measured'"),
+        # ours: where the K-means profile groups (§3.1.4) are formed: 'all' = over every sufficient profile at once, so
+        # a group pools websites (the earlier reading); 'site' = within each top level of the profile tree (the website
+        # with profile_site=site: one Config-Snob per service, groups included), so a group's Best is chosen on its own
+        # website's loads; the same as 'all' with profile_site=none
+        "group_scope": ("all", lambda v: v in ("all", "site"), "'all' or 'site'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -107,7 +112,7 @@ class ConfigSnobPolicy(Policy):
         # a state pickled before ``limit_q``, ``numeric`` or ``forest``: what it was learned with (the average effect's
         # limit, one slope per numeric knob, one pooled forest)
         self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {},
-                              "best_from": "reward", **state})
+                              "best_from": "reward", "group_scope": "all", "_site_km": {}, **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -115,6 +120,7 @@ class ConfigSnobPolicy(Policy):
         self._tree = ProfileTree(6 + self._off)
         self._suff = Sufficiency(self.k_samples, self.stability)
         self._km = ProfileGroups(self.clusters)
+        self._site_km: dict[str, ProfileGroups] = {}  # group_scope=site: top level -> its K-means
         self._times = TimeCategories(self.start_hour, self.start_weekday)
         self._arms = ArmModels(self.space, self._rng, self)
         self._ci = CausalEstimator(self.space, n_estimators=self.ci_trees, seed=self.seed, max_samples=self.ci_samples,
@@ -286,17 +292,29 @@ class ConfigSnobPolicy(Policy):
             self._assign[path] = gid
 
     def _cluster(self, sufficient: list, y: np.ndarray, touched: set) -> None:
+        if self.group_scope == "all" or not self._off:
+            self._cluster_in(self._km, "g", sufficient, y, touched)
+            return
+        by_top: dict[str, list] = defaultdict(list)
+        for path, node in sufficient:
+            by_top[path[0]].append((path, node))
+        for top in sorted(by_top):
+            km = self._site_km.setdefault(top, ProfileGroups(self.clusters))
+            self._cluster_in(km, f"{top}/g", by_top[top], y, touched)
+
+    def _cluster_in(self, km: ProfileGroups, prefix: str, sufficient: list, y: np.ndarray, touched: set) -> None:
+        """K-means groups ``prefix``0.. over these sufficient profiles; a group whose members got data is retrained."""
         if not sufficient:
             return
         rows = np.array([np.mean([self._cols["x"][i][:3] for i in node.samples[-100:]], axis=0)
                          for _, node in sufficient])
-        labels = self._km.fit(rows)
+        labels = km.fit(rows)
         members: dict[int, list] = defaultdict(list)
         for (path, node), label in zip(sufficient, labels):
             members[int(label)].append((path, node))
-            self._assign[path] = f"g{label}"
+            self._assign[path] = f"{prefix}{label}"
         for label, group in members.items():
-            gid = f"g{label}"
+            gid = f"{prefix}{label}"
             if gid in self._choices and not any(path in touched for path, _ in group):
                 continue
             ids = sorted(i for _, node in group for i in node.samples[-self.group_samples:])

@@ -937,16 +937,16 @@ def test_greedy_check_measures_how_much_slower_than_predicted_the_departures_wer
     rng = np.random.default_rng(3)
     g = "g"
     base_err, dep_err = rng.normal(0.0, 0.1, 40), rng.normal(0.2, 0.1, 40)
-    pol._sel_add(g, np.zeros(9, bool), np.ones(9, bool), base_err[:9])
-    pol._sel_add(g, np.ones(9, bool), np.zeros(9, bool), dep_err[:9])
+    pol._sel_add(g, np.zeros(9, bool), np.ones(9, bool), base_err[:9], np.zeros(9, int))
+    pol._sel_add(g, np.ones(9, bool), np.zeros(9, bool), dep_err[:9], np.zeros(9, int))
     assert pol._optimism(g) == 0.0  # fewer than 10 a side
-    pol._sel_add(g, np.zeros(31, bool), np.ones(31, bool), base_err[9:])
-    pol._sel_add(g, np.ones(31, bool), np.zeros(31, bool), dep_err[9:])
+    pol._sel_add(g, np.zeros(31, bool), np.ones(31, bool), base_err[9:], np.zeros(31, int))
+    pol._sel_add(g, np.ones(31, bool), np.zeros(31, bool), dep_err[9:], np.zeros(31, int))
     se = math.sqrt(dep_err.var(ddof=1) / 40 + base_err.var(ddof=1) / 40)
     assert pol._optimism(g) == pytest.approx(dep_err.mean() - base_err.mean() - 2 * se)
     assert 0.1 < pol._optimism(g) < 0.25
-    pol._sel_add("h", np.zeros(40, bool), np.ones(40, bool), base_err)
-    pol._sel_add("h", np.ones(40, bool), np.zeros(40, bool), rng.normal(0.0, 0.1, 40))
+    pol._sel_add("h", np.zeros(40, bool), np.ones(40, bool), base_err, np.zeros(40, int))
+    pol._sel_add("h", np.ones(40, bool), np.zeros(40, bool), rng.normal(0.0, 0.1, 40), np.zeros(40, int))
     assert pol._optimism("h") == 0.0
     off, _ = _policy()
     off._sel = pol._sel
@@ -966,6 +966,32 @@ def test_greedy_check_measures_how_much_slower_than_predicted_the_departures_wer
     assert np.allclose(np.delete(shifted - mean, sh.baseline_index), d)
     with pytest.raises(Exception, match="greedy_check"):
         _policy(greedy_check="yes")
+
+
+def test_greedy_check_config_charges_each_configuration_its_own_excess():
+    """``greedy_check='config'``: a configuration whose departures came out 30% slower than predicted is charged
+    nearly that; one whose departures came out as predicted nearly nothing; one never served as a departure the
+    group's excess; the baseline never. Each is shrunk towards the group's excess by CHECK_PRIOR pseudo page loads."""
+    from tailor.policies.tailor import CHECK_PRIOR
+
+    pol, _ = _policy(greedy_check="config")
+    g, base = "g", pol.baseline_index
+    bad, good, never = [(base + k) % len(pol.space) for k in (1, 2, 3)]
+    rng = np.random.default_rng(5)
+    pol._sel_add(g, np.zeros(200, bool), np.ones(200, bool), rng.normal(0.0, 0.05, 200), np.full(200, base))
+    mean = np.zeros(len(pol.space))
+    assert np.array_equal(pol._charged(mean, g)[0], mean)  # no departures yet
+    pol._sel_add(g, np.ones(200, bool), np.zeros(200, bool), rng.normal(0.3, 0.05, 200), np.full(200, bad))
+    pol._sel_add(g, np.ones(200, bool), np.zeros(200, bool), rng.normal(0.0, 0.05, 200), np.full(200, good))
+    d = pol._optimism(g)
+    assert 0.1 < d < 0.2  # the group's: half its departures were optimistic
+    charged, charge = pol._charged(mean, g)
+    assert charge == 0.0 and charged[base] == 0.0
+    assert 0.25 < charged[bad] < 0.3 and 0.0 <= charged[good] < 0.03
+    assert charged[never] == pytest.approx(d)
+    mb = pol._sel[g][4] / pol._sel[g][3]
+    c = pol._sel_c[g]
+    assert charged[bad] == pytest.approx((c[1][bad] - c[0][bad] * mb + CHECK_PRIOR * d) / (c[0][bad] + CHECK_PRIOR))
 
 
 def test_probe_value_kg_stops_probing_where_little_can_be_learned():

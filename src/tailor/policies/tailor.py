@@ -152,6 +152,7 @@ MAX_CLIENTS = 200_000  # clients whose offsets are kept (least recently seen for
 STATE_LAYOUT = 2  # the layout of the pickled state: 2 = per-cell statistics in CellRows arrays
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 TAIL_DOF = 4.0  # degrees of freedom of context_prior='student' (a common robust choice, not fitted to any seed)
+CHECK_PRIOR = 20.0  # greedy_check='config': pseudo page loads at the group's excess (as NOISE_PRIOR_DOF; not fitted)
 
 def _FLOAT(lo, hi):
     return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
@@ -457,14 +458,16 @@ class TailorPolicy(Policy):
                        "page loads of it, its level cell over every hour, number at least this many and, where the safe "
                        "choice has as many there, their mean log time is below the safe choice's: the shared model "
                        "proposes, the cell's own page loads confirm; 0 = no such condition)"),
-        "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift"),
+        "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift", "config"),
                          "'on' (per client group, the prediction errors of the page loads served by a departure that "
                          "was not a probe, observed outcome minus the prediction made before it was known, are compared "
                          "with the baseline's; the departures' excess, less two standard errors, is added to the greedy "
                          "choice's mean before it must beat the safe choice: a group whose greedy choices turned out "
                          "slower than predicted needs a larger predicted gain), 'mean' (the excess itself), 'shift' (the "
                          "excess added to every configuration's effect but the baseline's, before every choice: only "
-                         "leaving the baseline pays for it) or 'off'"),
+                         "leaving the baseline pays for it), 'config' (as 'shift', with each configuration's own excess: "
+                         "its departures' mean error less the baseline's, shrunk towards the group's excess by "
+                         f"{CHECK_PRIOR} pseudo page loads, at least 0) or 'off'"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -489,7 +492,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -613,6 +616,7 @@ class TailorPolicy(Policy):
         # greedy_check: per client group, the prediction errors of non-probe departures and of the baseline (count,
         # sum, sum of squares each)
         self._sel: dict[str, list[float]] = {}
+        self._sel_c: dict[str, np.ndarray] = {}  # greedy_check='config': group -> (count, error sum) per configuration
         self._alarms: list[tuple[float, str]] = []
         self._now = 0.0
 
@@ -1041,6 +1045,8 @@ class TailorPolicy(Policy):
         group's measured optimism to every configuration's effect but the baseline's; 'on' and 'mean' return it as
         the greedy choice's charge."""
         d = self._optimism(group)
+        if self.greedy_check == "config":
+            return self._charged_config(mean, group, d), 0.0
         if not d:
             return mean, 0.0
         if self.greedy_check != "shift":
@@ -1049,12 +1055,33 @@ class TailorPolicy(Policy):
         out[self._base] = mean[self._base]
         return out, 0.0
 
-    def _sel_add(self, group: str, departure: np.ndarray, baseline: np.ndarray, err: np.ndarray) -> None:
-        """Add prediction errors of a group's page loads to its ``greedy_check`` sums."""
+    def _charged_config(self, mean: np.ndarray, group: str, d: float) -> np.ndarray:
+        """``greedy_check='config'``: every configuration's effect but the baseline's plus its own measured excess,
+        (its departures' error sum less the baseline's mean error per page load, plus ``CHECK_PRIOR`` pseudo page
+        loads at the group's excess ``d``) over (its departures plus ``CHECK_PRIOR``), at least 0. Before the group's
+        sums are ready (``_optimism`` is 0 then, as is every configuration's excess), the effects unchanged."""
+        c = self._sel_c.get(group)
+        s = self._sel.get(group)
+        if c is None or s is None or s[0] < 10 or s[3] < 10:
+            return mean
+        mb = s[4] / s[3]
+        excess = np.maximum((c[1] - c[0] * mb + CHECK_PRIOR * d) / (c[0] + CHECK_PRIOR), 0.0)
+        excess[self._base] = 0.0
+        return mean + excess
+
+    def _sel_add(self, group: str, departure: np.ndarray, baseline: np.ndarray, err: np.ndarray,
+                 config: np.ndarray) -> None:
+        """Add prediction errors of a group's page loads to its ``greedy_check`` sums (and, with 'config', the
+        departures' per configuration)."""
         s = self._sel.setdefault(group, [0.0] * 6)
         for k, m in ((0, departure), (3, baseline)):
             e = err[m]
             s[k], s[k + 1], s[k + 2] = s[k] + len(e), s[k + 1] + float(e.sum()), s[k + 2] + float(e @ e)
+        if self.greedy_check == "config" and departure.any():
+            n = len(self.space)
+            c = self._sel_c.setdefault(group, np.zeros((2, n)))
+            c[0] += np.bincount(config[departure], minlength=n)
+            c[1] += np.bincount(config[departure], err[departure], minlength=n)
 
     def _departure(self, decision: Decision) -> bool:
         """A page load served off the baseline by a choice that was not a probe: the online greedy or guard
@@ -1192,7 +1219,7 @@ class TailorPolicy(Policy):
             if self._n and n_cell >= 10 else 0.0
         if self.greedy_check != "off" and self._n and n_cell >= 10 and decision.arm != SERVED:
             e = np.array([logy - level - float(mean[c])])
-            self._sel_add(group, np.array([self._departure(decision)]), np.array([c == self._base]), e)
+            self._sel_add(group, np.array([self._departure(decision)]), np.array([c == self._base]), e, np.array([c]))
         if c != self._base and self._n and n_cell >= 10:  # the fitted model's errors, once the cell's level is known
             # squared error of the effect, the noise and the level's uncertainty removed
             v_eff = float(sd[c] / self._kappa) ** 2
@@ -1322,7 +1349,7 @@ class TailorPolicy(Policy):
         for j, g in enumerate(names):
             mine = order[bounds[j]:bounds[j + 1]]  # the group's page loads, in order
             if check:
-                self._sel_add(g, dep[mine], bas[mine], err[mine])
+                self._sel_add(g, dep[mine], bas[mine], err[mine], cfg[mine])
             at = cusum_run(self._cusum.setdefault(g, [0.0, 0.0]), z[mine], self.cusum_drift, self.cusum_h)
             if at:  # forget the group's own data: its cells start again from the shared model
                 alarms += [(int(mine[k]), g) for k in at]

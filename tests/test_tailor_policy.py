@@ -992,6 +992,11 @@ def test_greedy_check_config_charges_each_configuration_its_own_excess():
     mb = pol._sel[g][4] / pol._sel[g][3]
     c = pol._sel_c[g]
     assert charged[bad] == pytest.approx((c[1][bad] - c[0][bad] * mb + CHECK_PRIOR * d) / (c[0][bad] + CHECK_PRIOR))
+    own, _ = _policy(greedy_check="own")  # shrunk towards 0: the never-served configuration is not charged
+    own._sel, own._sel_c = pol._sel, pol._sel_c
+    charged = own._charged(mean, g)[0]
+    assert charged[never] == 0.0 and charged[base] == 0.0 and 0.25 < charged[bad] < 0.3
+    assert charged[bad] == pytest.approx((c[1][bad] - c[0][bad] * mb) / (c[0][bad] + CHECK_PRIOR))
 
 
 def test_probe_value_kg_stops_probing_where_little_can_be_learned():

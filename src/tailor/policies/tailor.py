@@ -458,7 +458,7 @@ class TailorPolicy(Policy):
                        "page loads of it, its level cell over every hour, number at least this many and, where the safe "
                        "choice has as many there, their mean log time is below the safe choice's: the shared model "
                        "proposes, the cell's own page loads confirm; 0 = no such condition)"),
-        "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift", "config"),
+        "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift", "config", "own"),
                          "'on' (per client group, the prediction errors of the page loads served by a departure that "
                          "was not a probe, observed outcome minus the prediction made before it was known, are compared "
                          "with the baseline's; the departures' excess, less two standard errors, is added to the greedy "
@@ -467,7 +467,8 @@ class TailorPolicy(Policy):
                          "excess added to every configuration's effect but the baseline's, before every choice: only "
                          "leaving the baseline pays for it), 'config' (as 'shift', with each configuration's own excess: "
                          "its departures' mean error less the baseline's, shrunk towards the group's excess by "
-                         f"{CHECK_PRIOR} pseudo page loads, at least 0) or 'off'"),
+                         f"{CHECK_PRIOR} pseudo page loads, at least 0), 'own' (as 'config', shrunk towards 0: a "
+                         "configuration never served as a departure is not charged) or 'off'"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -1045,8 +1046,8 @@ class TailorPolicy(Policy):
         group's measured optimism to every configuration's effect but the baseline's; 'on' and 'mean' return it as
         the greedy choice's charge."""
         d = self._optimism(group)
-        if self.greedy_check == "config":
-            return self._charged_config(mean, group, d), 0.0
+        if self.greedy_check in ("config", "own"):
+            return self._charged_config(mean, group, d if self.greedy_check == "config" else 0.0), 0.0
         if not d:
             return mean, 0.0
         if self.greedy_check != "shift":
@@ -1058,7 +1059,8 @@ class TailorPolicy(Policy):
     def _charged_config(self, mean: np.ndarray, group: str, d: float) -> np.ndarray:
         """``greedy_check='config'``: every configuration's effect but the baseline's plus its own measured excess,
         (its departures' error sum less the baseline's mean error per page load, plus ``CHECK_PRIOR`` pseudo page
-        loads at the group's excess ``d``) over (its departures plus ``CHECK_PRIOR``), at least 0. Before the group's
+        loads at the group's excess ``d``; 'own' passes ``d`` = 0) over (its departures plus ``CHECK_PRIOR``), at
+        least 0. Before the group's
         sums are ready (``_optimism`` is 0 then, as is every configuration's excess), the effects unchanged."""
         c = self._sel_c.get(group)
         s = self._sel.get(group)
@@ -1077,7 +1079,7 @@ class TailorPolicy(Policy):
         for k, m in ((0, departure), (3, baseline)):
             e = err[m]
             s[k], s[k + 1], s[k + 2] = s[k] + len(e), s[k + 1] + float(e.sum()), s[k + 2] + float(e @ e)
-        if self.greedy_check == "config" and departure.any():
+        if self.greedy_check in ("config", "own") and departure.any():
             n = len(self.space)
             c = self._sel_c.setdefault(group, np.zeros((2, n)))
             c[0] += np.bincount(config[departure], minlength=n)

@@ -490,9 +490,8 @@ class ArmModels:
     def group(self, gid, ids, y, cols, ci, parent, steady_ok: bool) -> list[tuple[int, float, str]]:
         reward, counts, allowed = self._table(ids, y, cols, ci)
         tried = np.flatnonzero(counts > 0)
-        ranked = tried
-        if self.p.best_from == "measured" and (counts >= self.p.ci_min_count).any():
-            ranked = np.flatnonzero(counts >= self.p.ci_min_count)
+        measured = np.flatnonzero(counts >= self.p.ci_min_count) if self.p.best_from == "measured" else ()
+        ranked = measured if len(measured) else tried
         if steady_ok and len(tried) >= self.p.steady_configs:
             return self._steady(gid, reward, tried, allowed, ranked)
         return self._cold(gid, reward, tried, None if (self.controlled and ci is None) else allowed, parent, ranked)
@@ -526,18 +525,13 @@ class ArmModels:
         best = int(ranked[np.argmin(reward[ranked])])
         if not self.controlled:
             return [(best, 1.0, "exploit")] if nxt is None else [(int(nxt), 1.0, "explore")]
-        safe = self._safe_best(reward, ranked)
+        safe = best if self._beats_default(reward, best) else self.space.default_index
         if nxt is None:
             return [(safe, 1.0, "exploit")]
         if allowed is not None:  # rated better than the default by the forest: a vetted proposal
             return [(int(nxt), 1.0, "explore")]
         share = self.p.explore_share
         return [(safe, 1.0 - share, "exploit"), (int(nxt), share, "explore")]
-
-    def _safe_best(self, reward, ranked) -> int:
-        """The best ``ranked`` configuration if it was measured ``margin`` better than the default, else the default."""
-        best = int(ranked[np.argmin(reward[ranked])])
-        return best if self._beats_default(reward, best) else self.space.default_index
 
     def _beats_default(self, reward, config: int) -> bool:
         """Measured at least ``margin`` better than the default (False while the default has no reward)."""

@@ -152,7 +152,7 @@ MAX_CLIENTS = 200_000  # clients whose offsets are kept (least recently seen for
 STATE_LAYOUT = 2  # the layout of the pickled state: 2 = per-cell statistics in CellRows arrays
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 TAIL_DOF = 4.0  # degrees of freedom of context_prior='student' (a common robust choice, not fitted to any seed)
-CHECK_PRIOR = 20.0  # greedy_check='config': pseudo page loads at the group's excess (as NOISE_PRIOR_DOF; not fitted)
+CHECK_PRIOR = 20.0  # greedy_check='config'/'own': pseudo page loads at the group's excess (as NOISE_PRIOR_DOF; not fitted)
 
 def _FLOAT(lo, hi):
     return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
@@ -1060,11 +1060,9 @@ class TailorPolicy(Policy):
         """``greedy_check='config'``: every configuration's effect but the baseline's plus its own measured excess,
         (its departures' error sum less the baseline's mean error per page load, plus ``CHECK_PRIOR`` pseudo page
         loads at the group's excess ``d``; 'own' passes ``d`` = 0) over (its departures plus ``CHECK_PRIOR``), at
-        least 0. Before the group's
-        sums are ready (``_optimism`` is 0 then, as is every configuration's excess), the effects unchanged."""
-        c = self._sel_c.get(group)
-        s = self._sel.get(group)
-        if c is None or s is None or s[0] < 10 or s[3] < 10:
+        least 0. Before the group's sums are ready (10 page loads a side, as ``_optimism``), the effects unchanged."""
+        c, s = self._sel_c.get(group), self._sel.get(group)
+        if c is None or s[0] < 10 or s[3] < 10:  # _sel_c is only written beside _sel
             return mean
         mb = s[4] / s[3]
         excess = np.maximum((c[1] - c[0] * mb + CHECK_PRIOR * d) / (c[0] + CHECK_PRIOR), 0.0)
@@ -1073,8 +1071,8 @@ class TailorPolicy(Policy):
 
     def _sel_add(self, group: str, departure: np.ndarray, baseline: np.ndarray, err: np.ndarray,
                  config: np.ndarray) -> None:
-        """Add prediction errors of a group's page loads to its ``greedy_check`` sums (and, with 'config', the
-        departures' per configuration)."""
+        """Add prediction errors of a group's page loads to its ``greedy_check`` sums (and the
+        departures' per configuration with 'config' or 'own')."""
         s = self._sel.setdefault(group, [0.0] * 6)
         for k, m in ((0, departure), (3, baseline)):
             e = err[m]

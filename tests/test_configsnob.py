@@ -7,7 +7,8 @@ import pytest
 
 from tailor.context import Context, PrefixHistory
 from tailor.errors import ParameterError
-from tailor.grouping.profiles import OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories, profile_path
+from tailor.grouping.profiles import (FEATURES_LISTED, OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories,
+                                      profile_path)
 from tailor.learn.causal import CausalEstimator, TreatmentEncoder, propensity_match
 from tailor.policies import make_policy
 from tailor.policies.configsnob import ARM_P
@@ -34,6 +35,45 @@ def test_unseen_profile_resolves_to_deepest_overlap_node():
     assert not seen and key == ("toronto",) + (OVERLAP,) * 5
     assert sorted(tree.node(key).samples) == [0, 1, 2, 3, 4]  # (Toronto, overlap) holds both ISPs
     assert len(list(tree.profiles())) == 2
+
+
+def test_listed_levels_send_a_new_subnet_to_its_access_types_overlap_node():
+    """levels='listed' (§3.1's order: access type and OS above the /24): a new /24 of a known ISP resolves to the
+    node of its ISP, access type and OS, which holds none of the ISP's other access types' samples; the default
+    order resolves it to the ISP's node, which pools them."""
+    def path(prefix, access, levels):
+        return profile_path(_ctx(prefix=prefix, access=access), "weekday-offpeak", levels)
+
+    seen = [("10.1.0.0/24", "cable"), ("10.2.0.0/24", "cable"), ("10.3.0.0/24", "2g")]
+    for levels in (FEATURES_LISTED, None):
+        tree = ProfileTree()
+        for i, (prefix, access) in enumerate(seen):
+            tree.insert(path(prefix, access, levels) if levels else profile_path(
+                _ctx(prefix=prefix, access=access), "weekday-offpeak"), i)
+        new = path("10.9.0.0/24", "cable", levels) if levels else profile_path(
+            _ctx(prefix="10.9.0.0/24", access="cable"), "weekday-offpeak")
+        key, known = tree.resolve(new)
+        assert not known
+        if levels:
+            assert key == ("ca-on", "64512", "cable", "desktop", OVERLAP, OVERLAP)
+            assert sorted(tree.node(key).samples) == [0, 1]  # the ISP's cable /24s only
+        else:
+            assert key == ("ca-on", "64512", OVERLAP, OVERLAP, OVERLAP, OVERLAP)
+            assert sorted(tree.node(key).samples) == [0, 1, 2]  # the 2G /24 too
+
+
+def test_listed_levels_still_compile_prefix_rules(small_scenario, oracle):
+    """With levels='listed' the decision table's rules still name each profile's /24 and device."""
+    from tailor.sim import SimConfig, Simulator
+
+    policy = make_policy("config-snob", seed=0, k_samples=5, steady_configs=3, levels="listed")
+    Simulator(small_scenario, oracle, SimConfig(update_freq_s=120.0, seed=5)).run(policy)
+    rules = policy.table_rules()
+    assert rules, "no profile got a rule"
+    paths = policy._cols["path"]  # (website, region, ISP, access, OS, /24, time)
+    for rule in rules:
+        assert "/" in rule["prefix"] and "/" not in rule["device"]
+        assert any(p[0] == rule["sni"] and p[5] == rule["prefix"] and p[4] == rule["device"] for p in paths)
 
 
 def test_sufficiency_needs_k_samples_and_a_stable_reward():

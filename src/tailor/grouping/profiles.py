@@ -35,14 +35,21 @@ from tailor.errors import check
 from tailor.scenario.generate import time_category as _peak_or_offpeak
 
 FEATURES = ("region", "asn", "subnet", "access", "device", "time")
+# §3.1 lists the features "geolocation, ISP, network interface, connection speed, OS, IP subnet, and connection time
+# category": the access type and OS above the /24, so a new /24 of a known ISP resolves to the overlap node of its
+# access type and OS (no connection-speed level: the server knows no speed before the first connection)
+FEATURES_LISTED = ("region", "asn", "access", "device", "subnet", "time")
 OVERLAP = "*"
 DAY_S = 86400.0
 
 
-def profile_path(ctx: Context, time_cat: str) -> tuple[str, ...]:
-    """The profile of a connection: its value for every level of :data:`FEATURES`."""
+def profile_path(ctx: Context, time_cat: str, levels: tuple[str, ...] = FEATURES) -> tuple[str, ...]:
+    """The profile of a connection: its value for every level of ``levels`` (:data:`FEATURES` or
+    :data:`FEATURES_LISTED`)."""
     c = ctx.client
-    return (c.region, str(c.asn), c.prefix, c.access, c.device, time_cat)
+    value = {"region": c.region, "asn": str(c.asn), "subnet": c.prefix, "access": c.access, "device": c.device,
+             "time": time_cat}
+    return tuple(value[f] for f in levels)
 
 
 @dataclass

@@ -21,8 +21,8 @@ from collections import defaultdict
 import numpy as np
 from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-from tailor.grouping.profiles import (OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories,
-                                      network_row, profile_path)
+from tailor.grouping.profiles import (FEATURES, FEATURES_LISTED, OVERLAP, ProfileGroups, ProfileTree, Sufficiency,
+                                      TimeCategories, network_row, profile_path)
 from tailor.learn import GPSurrogate, lognormal_expected_improvement, maximize
 from tailor.learn.causal import CausalEstimator
 from tailor.policies.base import Context, Decision, Outcome, Policy, register
@@ -104,6 +104,10 @@ class ConfigSnobPolicy(Policy):
         # with profile_site=site: one Config-Snob per service, groups included), so a group's Best is chosen on its own
         # website's loads; the same as 'all' with profile_site=none
         "group_scope": ("all", lambda v: v in ("all", "site"), "'all' or 'site'"),
+        # the profile tree's levels below the website: 'subnet' = region, ISP, /24, access type, OS, time (the earlier
+        # reading); 'listed' = §3.1's listed order, region, ISP, access type, OS, /24, time, so a new /24's overlap
+        # node (§3.1.2) pools its ISP's /24s of the same access type and OS instead of all of the ISP's clients
+        "levels": ("subnet", lambda v: v in ("subnet", "listed"), "'subnet' or 'listed'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -112,12 +116,14 @@ class ConfigSnobPolicy(Policy):
         # a state pickled before ``limit_q``, ``numeric`` or ``forest``: what it was learned with (the average effect's
         # limit, one slope per numeric knob, one pooled forest)
         self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {},
-                              "best_from": "reward", "group_scope": "all", "_site_km": {}, **state})
+                              "best_from": "reward", "group_scope": "all", "_site_km": {}, "levels": "subnet",
+                              "_levels": FEATURES, **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
         self._off = 0 if self.profile_site == "none" else 1  # index shift of the paper's levels in a path
-        self._tree = ProfileTree(6 + self._off)
+        self._levels = FEATURES if self.levels == "subnet" else FEATURES_LISTED
+        self._tree = ProfileTree(len(self._levels) + self._off)
         self._suff = Sufficiency(self.k_samples, self.stability)
         self._km = ProfileGroups(self.clusters)
         self._site_km: dict[str, ProfileGroups] = {}  # group_scope=site: top level -> its K-means
@@ -155,7 +161,7 @@ class ConfigSnobPolicy(Policy):
         return self._lookup(self._path(ctx, self._times.serving(ctx.time_s))) or "cold"
 
     def _path(self, ctx: Context, time_cat: str) -> tuple:
-        base = profile_path(ctx, time_cat)
+        base = profile_path(ctx, time_cat, self._levels)
         if self.profile_site == "none":
             return base
         key = ctx.website if self.profile_site == "site" else self._site_class.get(ctx.website, "?")
@@ -390,8 +396,9 @@ class ConfigSnobPolicy(Policy):
         serving = self._times.serving(self._last_now)
         rules, seen = [], set()
         o = self._off
+        sub, dev = self._levels.index("subnet") + o, self._levels.index("device") + o
         for path, _ in self._tree.profiles():
-            key = (path[0] if o else None, path[2 + o], path[4 + o])
+            key = (path[0] if o else None, path[sub], path[dev])
             if path[-1] != serving or key in seen:
                 continue
             gid = self._lookup(path)
@@ -399,11 +406,11 @@ class ConfigSnobPolicy(Policy):
                 continue
             seen.add(key)
             if not o:
-                rules.append({"prefix": path[2], "device": path[4], "group": gid})
+                rules.append({"prefix": path[sub], "device": path[dev], "group": gid})
                 continue
             sites = [path[0]] if self.profile_site == "site" else \
                 sorted(w for w, c in self._site_class.items() if c == path[0])
-            rules += [{"prefix": path[2 + o], "sni": w, "device": path[4 + o], "group": gid} for w in sites]
+            rules += [{"prefix": path[sub], "sni": w, "device": path[dev], "group": gid} for w in sites]
         return rules
 
     def _lookup(self, path: tuple) -> str | None:

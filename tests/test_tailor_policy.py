@@ -517,6 +517,43 @@ def test_batch_observe_agrees_with_one_by_one(cell_epoch):
     assert abs(np.mean(truth[choice_one]) - np.mean(truth[choice_many])) < 0.02
 
 
+@pytest.mark.parametrize("mode", ["config", "own"])
+def test_greedy_check_sums_per_configuration_agree_batch_and_one_by_one(mode):
+    """greedy_check='config'/'own': the manager's batch fold and the online path count the same departures per
+    configuration, their error sums add up to the group's, and the charges they give differ only by the predictions
+    from before the batch."""
+    from tailor.policies import Decision
+
+    one, space = _policy(greedy_check=mode)
+    many, _ = _policy(greedy_check=mode)
+    rng = np.random.default_rng(12)
+    for block in range(5):
+        items = _world_items(one, space, rng, 600, t0=block * 600.0)
+        # every third page load a departure the policy chose (arm 'exploit'), the rest the logger's exploration
+        items = [(ctx, Decision(d.config, d.probability, d.group, "exploit" if k % 3 == 0 else d.arm), o)
+                 for k, (ctx, d, o) in enumerate(items)]
+        for item in items:
+            one.observe(*item)
+        many.observe_batch(items)
+        one.plan(block * 600.0 + 600.0, compile=False)
+        many.plan(block * 600.0 + 600.0, compile=False)
+    assert one._sel_c and one._sel_c.keys() == many._sel_c.keys()
+    charged = 0
+    for g, c in one._sel_c.items():
+        np.testing.assert_array_equal(many._sel_c[g][0], c[0])
+        for pol in (one, many):
+            assert pol._sel_c[g][0].sum() == pol._sel[g][0]
+            assert pol._sel_c[g][1].sum() == pytest.approx(pol._sel[g][1], abs=1e-9)
+        d = 0.1 if mode == "config" else 0.0  # the group's excess; 'own' shrinks towards 0 (what _charged passes)
+        a = one._charged_config(np.zeros(len(space)), g, d)
+        b = many._charged_config(np.zeros(len(space)), g, d)
+        assert np.max(np.abs(a - b)) < 0.03
+        charged += int((a > 0).any())
+        if mode == "own":  # a configuration never served as a departure is not charged
+            assert np.all(a[c[0] == 0] == 0.0)
+    assert charged, "no group was charged: the test checks nothing"
+
+
 def test_vectorised_cusum_is_the_sequential_recursion_with_its_resets():
     """cusum_run (the batch's change test, Lindley's closed form between alarms) gives the alarms and the final
     state of max(0, S + z - drift) page load by page load, on noise with two level shifts (several alarms)."""

@@ -7,7 +7,7 @@ import pytest
 
 from tailor.context import Context, PrefixHistory
 from tailor.errors import ParameterError
-from tailor.grouping.profiles import (FEATURES_LISTED, OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories,
+from tailor.grouping.profiles import (FEATURES, FEATURES_LISTED, OVERLAP, ProfileGroups, ProfileTree, Sufficiency, TimeCategories,
                                       profile_path)
 from tailor.learn.causal import CausalEstimator, TreatmentEncoder, propensity_match
 from tailor.policies import make_policy
@@ -45,16 +45,13 @@ def test_listed_levels_send_a_new_subnet_to_its_access_types_overlap_node():
         return profile_path(_ctx(prefix=prefix, access=access), "weekday-offpeak", levels)
 
     seen = [("10.1.0.0/24", "cable"), ("10.2.0.0/24", "cable"), ("10.3.0.0/24", "2g")]
-    for levels in (FEATURES_LISTED, None):
+    for levels in (FEATURES_LISTED, FEATURES):
         tree = ProfileTree()
         for i, (prefix, access) in enumerate(seen):
-            tree.insert(path(prefix, access, levels) if levels else profile_path(
-                _ctx(prefix=prefix, access=access), "weekday-offpeak"), i)
-        new = path("10.9.0.0/24", "cable", levels) if levels else profile_path(
-            _ctx(prefix="10.9.0.0/24", access="cable"), "weekday-offpeak")
-        key, known = tree.resolve(new)
+            tree.insert(path(prefix, access, levels), i)
+        key, known = tree.resolve(path("10.9.0.0/24", "cable", levels))
         assert not known
-        if levels:
+        if levels is FEATURES_LISTED:
             assert key == ("ca-on", "64512", "cable", "desktop", OVERLAP, OVERLAP)
             assert sorted(tree.node(key).samples) == [0, 1]  # the ISP's cable /24s only
         else:

@@ -47,9 +47,8 @@ def profile_path(ctx: Context, time_cat: str, levels: tuple[str, ...] = FEATURES
     """The profile of a connection: its value for every level of ``levels`` (:data:`FEATURES` or
     :data:`FEATURES_LISTED`)."""
     c = ctx.client
-    value = {"region": c.region, "asn": str(c.asn), "subnet": c.prefix, "access": c.access, "device": c.device,
-             "time": time_cat}
-    return tuple(value[f] for f in levels)
+    path = (c.region, str(c.asn), c.prefix, c.access, c.device, time_cat)
+    return path if levels == FEATURES else tuple(path[FEATURES.index(f)] for f in levels)
 
 
 @dataclass

@@ -108,6 +108,13 @@ class ConfigSnobPolicy(Policy):
         # reading); 'listed' = §3.1's listed order, region, ISP, access type, OS, /24, time, so a new /24's overlap
         # node (§3.1.2) pools its ISP's /24s of the same access type and OS instead of all of the ISP's clients
         "levels": ("subnet", lambda v: v in ("subnet", "listed"), "'subnet' or 'listed'"),
+        # ours, a reading of §3.1.2/C3 ("bootstrap the exploration with the best suitable configurations from
+        # overlapping profiles"): 'paper' = an overlap node's initial trials are its n_initial - 1 best tried
+        # configurations and BO model 1's proposal, 1/n_initial each (the earlier reading); 'guarded' = a tried
+        # configuration counts among the node's best only if measured no slower than the default there (the
+        # default itself otherwise), and while fewer than two configurations are measured (no GP to fit, so BO
+        # model 1's proposal is a space-filling design point) that point gets explore_share of the loads
+        "initial": ("paper", lambda v: v in ("paper", "guarded"), "'paper' or 'guarded'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -545,6 +552,20 @@ class ArmModels:
         ref = reward[self.space.default_index]
         return bool(np.isfinite(ref) and reward[config] <= ref * math.exp(-self.p.margin))
 
+    def _guarded(self, tried, reward, nxt) -> list[tuple[int, float, str]]:
+        """``initial=guarded``: the best tried configurations among those measured no slower than the default
+        (the default when none is), 1/n_initial each, and BO model 1's proposal; a design point (fewer than two
+        configurations measured) gets only ``explore_share``."""
+        d = self.space.default_index
+        ranked = tried[np.argsort(reward[tried])]
+        if np.isfinite(reward[d]):
+            ranked = ranked[reward[ranked] <= reward[d]]
+        top = [int(c) for c in ranked[: self.p.n_initial - 1]] or [d]
+        if nxt is None:
+            return [(c, 1.0 / len(top), "bootstrap") for c in top]
+        share = self.p.explore_share if len(tried) < 2 else 1.0 / (len(top) + 1)
+        return [(c, (1.0 - share) / len(top), "bootstrap") for c in top] + [(int(nxt), share, "explore")]
+
     def overlap(self, gid, ids, y, cols, ci) -> list[tuple[int, float, str]]:
         """Initial trials for new profiles: the best tried configurations plus BO model 1's proposal."""
         reward, counts, allowed = self._table(ids, y, cols, ci)
@@ -556,6 +577,8 @@ class ArmModels:
         untried = allowed.copy()
         untried[counts > 0] = False
         nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
+        if not self.controlled and self.p.initial == "guarded":
+            return self._guarded(tried, reward, nxt)
         if not self.controlled:
             picks = [(c, "bootstrap") for c in top] + ([(int(nxt), "explore")] if nxt is not None else [])
             return [(c, 1.0 / len(picks), arm) for c, arm in picks]

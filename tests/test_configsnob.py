@@ -296,3 +296,35 @@ def test_state_pickled_before_the_quantile_limit_keeps_the_average():
     assert pickle.loads(pickle.dumps(policy)).limit_q == 0.75
     del policy.limit_q
     assert pickle.loads(pickle.dumps(policy)).limit_q == 0.0
+
+
+@pytest.mark.parametrize("initial", ["paper", "guarded"])
+def test_guarded_initial_trials_drop_a_tried_configuration_slower_than_the_default(initial):
+    """An overlap node that measured the default and one configuration 30% slower hands both out as "its best
+    tried" under the paper's reading; ``initial=guarded`` keeps only what is measured no slower than the
+    default, keeps a faster one, and gives a space-filling design point (one configuration measured) only
+    ``explore_share`` of the loads."""
+    policy = make_policy("config-snob", seed=0, initial=initial).reset(ConfigSpace.named("core"))
+    d = policy.space.default_index
+    slow, fast = [c for c in range(len(policy.space)) if c != d][:2]
+
+    def trials(rewards: dict[int, float]) -> dict[int, float]:
+        configs = [c for c, r in rewards.items() for _ in range(10)]
+        y = np.log([rewards[c] for c in configs])
+        choices = policy._arms.overlap("ov:t", list(range(len(configs))), y, {"config": configs}, None)
+        assert abs(sum(p for _, p, _ in choices) - 1.0) < 1e-9
+        out: dict[int, float] = {}
+        for c, p, _ in choices:
+            out[c] = out.get(c, 0.0) + p
+        return out
+
+    with_slow = trials({d: 1.0, slow: 1.3})
+    assert (slow in with_slow) == (initial == "paper")
+    assert with_slow[d] >= 1 / 3 - 1e-9
+    with_fast = trials({d: 1.0, slow: 1.3, fast: 0.8})
+    assert with_fast.get(fast, 0.0) >= 1 / 3 - 1e-9
+    assert slow not in with_fast  # three tried: the best two are the faster one and the default either way
+    alone = trials({d: 1.0})
+    design = [c for c in alone if c != d]
+    assert len(design) == 1
+    assert alone[design[0]] == pytest.approx(0.5 if initial == "paper" else policy.explore_share)

@@ -328,3 +328,29 @@ def test_guarded_initial_trials_drop_a_tried_configuration_slower_than_the_defau
     design = [c for c in alone if c != d]
     assert len(design) == 1
     assert alone[design[0]] == pytest.approx(0.5 if initial == "paper" else policy.explore_share)
+
+
+@pytest.mark.parametrize("design", ["own", "ancestor"])
+def test_ancestor_design_proposes_from_the_node_above_where_a_node_has_one_configuration(design):
+    """An overlap node that has measured only the default has no GP: under ``design=own`` BO model 1's proposal is
+    the shared space-filling design's next point, however slow the node above measured it; under
+    ``design=ancestor`` it is the EI maximiser of a GP fitted to the node above, which has measured that point
+    60% slower and a neighbour of the default 20% faster, so the proposal is not the slow point."""
+    policy = make_policy("config-snob", seed=0, design=design).reset(ConfigSpace.named("core"))
+    arms = policy._arms
+    d = policy.space.default_index
+    first = next(c for c in arms._lhs if c != d)
+    fast = next(c for c in range(len(policy.space)) if arms._near[d, c] and c not in (d, first))
+    rewards = {d: 1.0, first: 1.6, fast: 0.8}
+    configs = [c for c, r in rewards.items() for _ in range(10)] + [d] * 10
+    y = np.log([rewards[c] for c in configs])
+    above_ids = list(range(30))
+    own_ids = list(range(30, 40))  # the node itself: the default only
+    above = [above_ids] if design == "ancestor" else ()
+    choices = arms.overlap("ov:t", own_ids, y, {"config": configs}, None, above)
+    proposal = [c for c, _, arm in choices if arm == "explore"]
+    assert len(proposal) == 1
+    assert (proposal[0] == first) == (design == "own")
+    # a node that has measured two configurations fits its own GP either way
+    both = arms.overlap("ov:u", list(range(10)) + own_ids, y, {"config": configs}, None, [above_ids])
+    assert all(c != d for c, _, arm in both if arm == "explore")

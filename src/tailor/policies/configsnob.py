@@ -115,6 +115,12 @@ class ConfigSnobPolicy(Policy):
         # default itself otherwise), and while fewer than two configurations are measured (no GP to fit, so BO
         # model 1's proposal is a space-filling design point) that point gets explore_share of the loads
         "initial": ("paper", lambda v: v in ("paper", "guarded"), "'paper' or 'guarded'"),
+        # ours, a reading of §1 ("to deal with new clients, initially, Config-Snob uses configurations that result from
+        # training a model using similar clients' data"): where an overlap node has measured fewer than two
+        # configurations (no GP to fit), BO model 1's proposal is 'own' = the next point of one space-filling design
+        # shared by every node (the earlier reading), or 'ancestor' = the EI maximiser of a GP fitted to the nearest
+        # overlap node above it that has measured two or more (the design point only where none has)
+        "design": ("own", lambda v: v in ("own", "ancestor"), "'own' or 'ancestor'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -124,7 +130,7 @@ class ConfigSnobPolicy(Policy):
         # limit, one slope per numeric knob, one pooled forest)
         self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {},
                               "best_from": "reward", "group_scope": "all", "_site_km": {}, "levels": "subnet",
-                              "_levels": FEATURES, **state})
+                              "_levels": FEATURES, "initial": "paper", "design": "own", **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -342,8 +348,17 @@ class ConfigSnobPolicy(Policy):
             if not node.samples or (gid in self._choices and not self._touches(key, touched)):
                 continue
             ids = node.samples[-self.group_samples:]
-            self._choices[gid] = self._arms.overlap(gid, ids, y, self._cols, self._ci_view(ids, y))
+            above = self._ancestor_samples(key) if self.design == "ancestor" else ()
+            self._choices[gid] = self._arms.overlap(gid, ids, y, self._cols, self._ci_view(ids, y), above)
             self._assign[key] = gid
+
+    def _ancestor_samples(self, key: tuple):
+        """The latest samples of each overlap node above ``key``, nearest first (``design=ancestor``), lazily."""
+        depth = key.index(OVERLAP) if OVERLAP in key else len(key)
+        for d in range(depth - 1, -1, -1):
+            node = self._tree.node(key[:d] + (OVERLAP,) * (len(key) - d))
+            if node is not None and node.samples:
+                yield node.samples[-self.group_samples:]
 
     def _trained_ancestor(self, key: tuple) -> tuple:
         """The deepest overlap node at or above ``key`` with >= k samples, or the root: a node with less
@@ -566,17 +581,27 @@ class ArmModels:
         share = self.p.explore_share if len(tried) < 2 else 1.0 / (len(top) + 1)
         return [(c, (1.0 - share) / len(top), "bootstrap") for c in top] + [(int(nxt), share, "explore")]
 
-    def overlap(self, gid, ids, y, cols, ci) -> list[tuple[int, float, str]]:
-        """Initial trials for new profiles: the best tried configurations plus BO model 1's proposal."""
+    def overlap(self, gid, ids, y, cols, ci, above=()) -> list[tuple[int, float, str]]:
+        """Initial trials for new profiles: the best tried configurations plus BO model 1's proposal (fitted to
+        the nearest node in ``above`` with two or more configurations measured where this one has fewer)."""
         reward, counts, allowed = self._table(ids, y, cols, ci)
         tried = np.flatnonzero((counts > 0) & allowed)
+        untried = allowed.copy()
+        untried[counts > 0] = False
+        nxt = None
+        if len(tried) < 2:
+            for anc in above:
+                a_reward, a_counts, _ = self._table(anc, y, cols, None)
+                a_tried = np.flatnonzero((a_counts > 0) & allowed)
+                if len(a_tried) >= 2:
+                    nxt = self._propose((gid, 1), a_reward, a_tried, ALPHAS[0], untried)
+                    break
         if len(tried) == 0:
             tried = np.array([self.space.default_index])
             reward[tried] = 1.0
         top = [int(c) for c in tried[np.argsort(reward[tried])][: self.p.n_initial - 1]]
-        untried = allowed.copy()
-        untried[counts > 0] = False
-        nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
+        if nxt is None:
+            nxt = self._propose((gid, 1), reward, tried, ALPHAS[0], untried)
         if not self.controlled and self.p.initial == "guarded":
             return self._guarded(tried, reward, nxt)
         if not self.controlled:

@@ -354,3 +354,24 @@ def test_ancestor_design_proposes_from_the_node_above_where_a_node_has_one_confi
     # a node that has measured two configurations fits its own GP either way
     both = arms.overlap("ov:u", list(range(10)) + own_ids, y, {"config": configs}, None, [above_ids])
     assert all(c != d for c, _, arm in both if arm == "explore")
+
+
+@pytest.mark.parametrize("design", ["own", "near"])
+def test_near_design_steps_one_knob_from_the_default_first(design):
+    """Under ``design=near`` the shared space-filling design visits the default's one-knob neighbours before any
+    configuration further away, so an overlap node that has measured only the default proposes a neighbour; the
+    design is the same permutation of the space either way."""
+    own = make_policy("config-snob", seed=3).reset(ConfigSpace.named("core"))
+    policy = make_policy("config-snob", seed=3, design=design).reset(ConfigSpace.named("core"))
+    arms, d = policy._arms, policy.space.default_index
+    assert sorted(arms._lhs) == sorted(own._arms._lhs)
+    neighbours = {c for c in range(len(policy.space)) if arms._near[d, c] and c != d}
+    head = [c for c in arms._lhs[: len(neighbours)]]
+    assert (set(head) == neighbours) == (design == "near")
+    configs = [d] * 10
+    choices = arms.overlap("ov:t", list(range(10)), np.zeros(10), {"config": configs}, None)
+    proposal = [c for c, _, arm in choices if arm == "explore"]
+    assert len(proposal) == 1
+    assert proposal[0] == next(c for c in arms._lhs if c != d)
+    if design == "near":
+        assert proposal[0] in neighbours

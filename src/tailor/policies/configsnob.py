@@ -119,8 +119,10 @@ class ConfigSnobPolicy(Policy):
         # training a model using similar clients' data"): where an overlap node has measured fewer than two
         # configurations (no GP to fit), BO model 1's proposal is 'own' = the next point of one space-filling design
         # shared by every node (the earlier reading), or 'ancestor' = the EI maximiser of a GP fitted to the nearest
-        # overlap node above it that has measured two or more (the design point only where none has)
-        "design": ("own", lambda v: v in ("own", "ancestor"), "'own' or 'ancestor'"),
+        # overlap node above it that has measured two or more (the design point only where none has); 'near' = as
+        # 'own', with the design's points one knob from the default first (in the design's order), so a cold start
+        # steps away from the operator's configuration one knob at a time until a GP can be fitted
+        "design": ("own", lambda v: v in ("own", "ancestor", "near"), "'own', 'ancestor' or 'near'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -484,6 +486,9 @@ class ArmModels:
         values = np.array([[str(c[k]) for k in space.knobs] for c in space.configs])
         self._gps: dict[tuple, AlphaGP] = {}
         self._near = (values[:, None, :] != values[None, :, :]).sum(axis=2) <= 1
+        if policy.design == "near":  # the default's one-knob neighbours first, each part in the design's order
+            d = space.default_index
+            self._lhs = sorted(self._lhs, key=lambda c: not (self._near[d, c] and c != d))
 
     def _table(self, ids, y, cols, ci):
         """(reward per configuration (NaN untried), counts, CF-allowed mask) with the CF reward in place

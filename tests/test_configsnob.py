@@ -366,8 +366,7 @@ def test_near_design_steps_one_knob_from_the_default_first(design):
     arms, d = policy._arms, policy.space.default_index
     assert sorted(arms._lhs) == sorted(own._arms._lhs)
     neighbours = {c for c in range(len(policy.space)) if arms._near[d, c] and c != d}
-    head = [c for c in arms._lhs[: len(neighbours)]]
-    assert (set(head) == neighbours) == (design == "near")
+    assert (set(arms._lhs[: len(neighbours)]) == neighbours) == (design == "near")
     configs = [d] * 10
     choices = arms.overlap("ov:t", list(range(10)), np.zeros(10), {"config": configs}, None)
     proposal = [c for c, _, arm in choices if arm == "explore"]

@@ -354,11 +354,17 @@ class ConfigSnobPolicy(Policy):
             self._choices[gid] = self._arms.overlap(gid, ids, y, self._cols, self._ci_view(ids, y), above)
             self._assign[key] = gid
 
+    def _overlap_nodes(self, key: tuple, top: int):
+        """(key, node or None) of the overlap nodes that keep ``key``'s first ``top``, ``top - 1``, ... 0 levels,
+        deepest first, lazily."""
+        for d in range(top, -1, -1):
+            cand = key[:d] + (OVERLAP,) * (len(key) - d)
+            yield cand, self._tree.node(cand)
+
     def _ancestor_samples(self, key: tuple):
         """The latest samples of each overlap node above ``key``, nearest first (``design=ancestor``), lazily."""
         depth = key.index(OVERLAP) if OVERLAP in key else len(key)
-        for d in range(depth - 1, -1, -1):
-            node = self._tree.node(key[:d] + (OVERLAP,) * (len(key) - d))
+        for _, node in self._overlap_nodes(key, depth - 1):
             if node is not None and node.samples:
                 yield node.samples[-self.group_samples:]
 
@@ -366,12 +372,8 @@ class ConfigSnobPolicy(Policy):
         """The deepest overlap node at or above ``key`` with >= k samples, or the root: a node with less
         data is not trained and its profiles keep the previous inference (§3.2.2, BO model 1)."""
         depth = key.index(OVERLAP) if OVERLAP in key else len(key) - 1
-        for d in range(depth, 0, -1):
-            cand = key[:d] + (OVERLAP,) * (len(key) - d)
-            node = self._tree.node(cand)
-            if node is not None and len(node.samples) >= self.k_samples:
-                return cand
-        return (OVERLAP,) * len(key)
+        return next((cand for cand, node in self._overlap_nodes(key, depth)
+                     if node is not None and len(node.samples) >= self.k_samples), (OVERLAP,) * len(key))
 
     @staticmethod
     def _touches(key: tuple, touched: set) -> bool:

@@ -1065,3 +1065,111 @@ def test_probe_value_kg_cell_prices_a_probe_over_the_cells_own_page_loads():
     assert pol._worth(mean, sd, probe, best, "g", 1000) and not pol._worth(mean, sd, probe, best, "g",
                                                                            pol._horizon(cell, 1000))
     assert _policy(probe_value="kg")[0]._horizon(cell, 1000) == 1000
+
+
+def test_audit_closes_a_group_whose_departures_did_not_pay():
+    """``audit``: a group whose departures came out 5% slower than the page loads held out from them (log time net
+    of the baseline level) is closed, one whose departures were 5% faster is not; nothing before both sides have
+    AUDIT_MIN page loads while there is no pooled estimate; a group with little evidence follows the pooled gain
+    (shrunk by AUDIT_PRIOR pseudo page loads); the evidence halves every AUDIT_HALFLIFE page loads; 'off' never
+    closes."""
+    from tailor.policies.tailor import AUDIT_HALFLIFE, AUDIT_MIN, AUDIT_PRIOR
+
+    pol, _ = _policy(audit=0.1)
+    rng = np.random.default_rng(8)
+    n = int(AUDIT_MIN)
+    held, slow, fast = rng.normal(0.0, 0.1, 400), rng.normal(0.05, 0.1, 400), rng.normal(-0.05, 0.1, 400)
+    yes, no = np.ones(n - 1, bool), np.zeros(n - 1, bool)
+    pol._audit_add("bad", yes, no, slow[: n - 1])
+    pol._audit_add("bad", no, yes, held[: n - 1])
+    assert pol._audit_gain("bad") is None and not pol._audit_closed("bad")  # fewer than AUDIT_MIN a side
+    for g, dep in (("bad", slow), ("good", fast)):
+        pol._audit.pop(g, None)
+        pol._audit_add(g, np.ones(400, bool), np.zeros(400, bool), dep)
+        pol._audit_add(g, np.zeros(400, bool), np.ones(400, bool), held)
+    assert pol._audit_closed("bad") and not pol._audit_closed("good")
+    assert pol._audit_gain("bad") == pytest.approx(-0.05, abs=0.03)
+    off, _ = _policy()
+    off._audit = pol._audit
+    assert not off._audit_closed("bad")
+    # the pooled estimate: computed at plan from every group's sums, it carries a group with little evidence
+    pol._audit_add("new", np.ones(5, bool), np.zeros(5, bool), np.full(5, 0.3))
+    pol._audit_add("new", np.zeros(5, bool), np.ones(5, bool), np.zeros(5))
+    pol.plan(600.0, compile=False)
+    world, weight = pol._audit_world
+    assert world == pytest.approx(0.0, abs=0.02) and weight > 100
+    a = pol._audit["new"]
+    w = 1.0 / (1.0 / a[0] + 1.0 / a[3])
+    assert pol._audit_gain("new") == pytest.approx((w * (a[4] / a[3] - a[1] / a[0]) + AUDIT_PRIOR * world)
+                                                   / (w + AUDIT_PRIOR))
+    pol._audit_world = (0.1, 1000.0)
+    assert not pol._audit_closed("new") and pol._audit_closed("bad")  # 5 page loads do not outweigh the pool
+    before = pol._audit["good"].copy()
+    pol._audit_add("good", np.zeros(int(AUDIT_HALFLIFE), bool), np.zeros(int(AUDIT_HALFLIFE), bool),
+                   np.zeros(int(AUDIT_HALFLIFE)))
+    np.testing.assert_allclose(pol._audit["good"], before / 2)
+    # held out at the full share while the evidence is thin, a quarter of it where the group's gain is shown
+    from tailor.policies.tailor import AUDIT_SETTLED
+
+    assert pol._audit_share("bad") == 0.1 and pol._audit_share("new") == 0.1 and pol._audit_share("nobody") == 0.1
+    assert pol._audit_share("good") == pytest.approx(0.1 * AUDIT_SETTLED)
+    with pytest.raises(Exception, match="audit"):
+        _policy(audit=0.9)
+
+
+def test_audit_holds_departures_out_at_its_share_and_returns_their_reservation():
+    """``audit`` h: a departure (greedy, safe or guard choice) is served as chosen with probability 1 - h, else the
+    baseline (arm 'audit', probability h), its reservation back in the group's slack; in a closed group the
+    baseline (arm 'default'); a table's baseline drawn with probability below one half is a held-out page load."""
+    from tailor.policies.tailor import _key
+
+    pol, space = _policy(audit=0.1)
+    base, other = pol.baseline_index, (pol.baseline_index + 1) % len(space)
+    ctx = next(_contexts(np.random.default_rng(1), 1))[1]
+    arms = []
+    for _ in range(2000):
+        pol._reserved[_key(ctx)], pol._slack["g"] = ("g", 5.0), 0.0
+        d = pol._audited(ctx, "g", Decision(other, 1.0, "gid", "exploit"))
+        arms.append(d.arm)
+        if d.arm == "audit":
+            assert d.config == base and d.probability == 0.1 and pol._slack["g"] == 5.0
+            assert pol._held(d) and not pol._departure(d) and _key(ctx) not in pol._reserved
+        else:
+            assert d.config == other and d.probability == pytest.approx(0.9) and pol._slack["g"] == 0.0
+            assert pol._departure(d) and not pol._held(d)
+    assert 0.07 < arms.count("audit") / len(arms) < 0.13
+    pol._audit["g"] = np.array([100.0, 10.0, 2.0, 100.0, 0.0, 1.0])  # departures 10% slower than held out
+    d = pol._audited(ctx, "g", Decision(other, 1.0, "gid", "guard"))
+    assert (d.config, d.probability, d.arm) == (base, 1.0, "default")
+    assert pol._held(Decision(base, 0.09, "gid", "table")) and not pol._held(Decision(base, 0.9, "gid", "table"))
+    assert not pol._held(Decision(base, 1.0, "gid", "default"))
+    off, _ = _policy()
+    assert off._audited(ctx, "g", Decision(other, 1.0, "gid", "exploit")) == Decision(other, 1.0, "gid", "exploit")
+
+
+def test_audit_sums_agree_batch_and_one_by_one():
+    """``audit``: the manager's batch fold and the online path fold the same departures and held-out page loads
+    into each group's discounted sums (the predictions they are net of differ only by those from before the
+    batch)."""
+    one, space = _policy(audit=0.1)
+    many, _ = _policy(audit=0.1)
+    rng = np.random.default_rng(13)
+    base = one.baseline_index
+    for block in range(4):
+        items = _world_items(one, space, rng, 600, t0=block * 600.0)
+        # a third departures the policy chose, a tenth of those held out, the rest the logger's exploration
+        items = [(ctx, Decision(d.config if k % 30 else base, d.probability, d.group,
+                                ("exploit" if d.config != base else "default") if k % 30 else "audit")
+                  if k % 3 == 0 else d, o) for k, (ctx, d, o) in enumerate(items)]
+        for item in items:
+            one.observe(*item)
+        many.observe_batch(items)
+        one.plan(block * 600.0 + 600.0, compile=False)
+        many.plan(block * 600.0 + 600.0, compile=False)
+    assert one._audit and one._audit.keys() == many._audit.keys()
+    for g, a in one._audit.items():
+        b = many._audit[g]
+        np.testing.assert_allclose(b[[0, 3]], a[[0, 3]], rtol=1e-9)  # the same page loads at the same weights
+        assert a[0] > 10 and a[3] > 3
+        assert b[1] / b[0] == pytest.approx(a[1] / a[0], abs=0.05)
+    assert one._audit_world is not None and many._audit_world is not None

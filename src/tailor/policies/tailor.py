@@ -153,6 +153,11 @@ STATE_LAYOUT = 2  # the layout of the pickled state: 2 = per-cell statistics in 
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 TAIL_DOF = 4.0  # degrees of freedom of context_prior='student' (a common robust choice, not fitted to any seed)
 CHECK_PRIOR = 20.0  # greedy_check='config'/'own': pseudo page loads at the group's excess (as NOISE_PRIOR_DOF; not fitted)
+# ``audit`` (not fitted to any seed; chosen before its trial): a page load's evidence halves every AUDIT_HALFLIFE of its
+# group's page loads; a group's realised gain is shrunk to every group's pooled one by AUDIT_PRIOR pseudo page loads;
+# the pooled estimate exists once both sides have AUDIT_MIN page loads; where a group's own gain is positive by two
+# standard errors its departures are held out at AUDIT_SETTLED times the audit's share (its evidence kept fresh)
+AUDIT_HALFLIFE, AUDIT_PRIOR, AUDIT_MIN, AUDIT_SETTLED = 2000.0, 50.0, 30.0, 0.25
 
 def _FLOAT(lo, hi):
     return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
@@ -469,6 +474,13 @@ class TailorPolicy(Policy):
                          "its departures' mean error less the baseline's, shrunk towards the group's excess by "
                          f"{CHECK_PRIOR} pseudo page loads, at least 0), 'own' (as 'config', shrunk towards 0: a "
                          "configuration never served as a departure is not charged) or 'off'"),
+        "audit": (0.0, _FLOAT(0.0, 0.5),
+                  "in [0, 0.5] (a randomised audit of the policy's own departures, per client group: where the policy "
+                  "would leave the baseline by a choice that is not a probe, it serves the baseline instead with this "
+                  "probability, logged as such; the departures' realised log time against the held-out page loads' "
+                  "(both net of the model's baseline level), shrunk to every group's pooled estimate, decides: a group "
+                  "whose departures have not paid on average stays on the baseline until the evidence, which decays, "
+                  "says otherwise; probes go on; 0 = off)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -493,7 +505,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -618,6 +630,11 @@ class TailorPolicy(Policy):
         # sum, sum of squares each)
         self._sel: dict[str, list[float]] = {}
         self._sel_c: dict[str, np.ndarray] = {}  # greedy_check='config': group -> (count, error sum) per configuration
+        # audit: per client group, discounted (weight, sum, sum of squares) of the log time net of the baseline
+        # level, of the departures served and of the page loads held out from departures; every group's pooled
+        # realised gain and its weight (at plan)
+        self._audit: dict[str, np.ndarray] = {}
+        self._audit_world: tuple[float, float] | None = None
         self._alarms: list[tuple[float, str]] = []
         self._now = 0.0
 
@@ -977,12 +994,85 @@ class TailorPolicy(Policy):
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
             if best != safe and mean[best] + charge < ucb[safe] - self.min_gain \
                     and self._confirmed(cell, best, safe) and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
-                return Decision(best, 1.0, gid, "exploit")
+                return self._audited(ctx, group, Decision(best, 1.0, gid, "exploit"))
         if ucb[safe] <= 0.0:
-            return Decision(safe, 1.0, gid, "default" if safe == default else "exploit")
+            if safe == default:
+                return Decision(safe, 1.0, gid, "default")
+            return self._audited(ctx, group, Decision(safe, 1.0, gid, "exploit"))
         if self._afford(ctx, group, level, level_var, mean[safe] + self.budget_z * sd[safe]):
-            return Decision(safe, 1.0, gid, "guard")
+            return self._audited(ctx, group, Decision(safe, 1.0, gid, "guard"))
         return Decision(default, 1.0, gid, "default")  # the budget holds first
+
+    def _audited(self, ctx: Context, group: str, decision: Decision) -> Decision:
+        """``audit``: a departure that is not a probe, as chosen, with probability 1 - audit, else the baseline
+        (arm 'audit', probability audit); the baseline (arm 'default') where the group's audit is closed. A
+        reservation the departure made is returned to the group's slack when the baseline is served."""
+        if not self.audit:
+            return decision
+        if self._audit_closed(group):
+            held, p, arm = True, 1.0, "default"
+        else:
+            h = self._audit_share(group)
+            held = bool(self._rng.random() < h)
+            p, arm = (h, "audit") if held else (1.0 - h, decision.arm)
+        if held:
+            hit = self._reserved.pop(_key(ctx), None)
+            if hit is not None:
+                self._slack[hit[0]] = self._slack.get(hit[0], 0.0) + hit[1]
+            return Decision(self._base, p, decision.group, arm)
+        return Decision(decision.config, p, decision.group, arm)
+
+    def _audit_gain(self, group: str) -> float | None:
+        """``audit``: the group's realised gain of its departures, the held-out page loads' mean log time (net of
+        the baseline level) minus the departures' (positive: the departures were faster), shrunk to every
+        group's pooled gain by ``AUDIT_PRIOR`` pseudo page loads; None while there is no evidence either way."""
+        a, world = self._audit.get(group), self._audit_world
+        gain, weight = 0.0, 0.0
+        if a is not None and a[0] > 0.0 and a[3] > 0.0:
+            gain, weight = a[4] / a[3] - a[1] / a[0], 1.0 / (1.0 / a[0] + 1.0 / a[3])
+        if world is None:
+            return gain if a is not None and min(a[0], a[3]) >= AUDIT_MIN else None
+        return (weight * gain + AUDIT_PRIOR * world[0]) / (weight + AUDIT_PRIOR)
+
+    def _audit_share(self, group: str) -> float:
+        """``audit``: the share of the group's departures held out: ``audit``, or ``AUDIT_SETTLED`` times it where the
+        group's own realised gain is above 0 by two standard errors (the departures have been shown to pay; a
+        trickle keeps the decaying evidence fresh)."""
+        a = self._audit.get(group)
+        if a is not None and min(a[0], a[3]) >= AUDIT_MIN:
+            md, mh = a[1] / a[0], a[4] / a[3]
+            v = max(a[2] / a[0] - md * md, 0.0) / a[0] + max(a[5] / a[3] - mh * mh, 0.0) / a[3]
+            if mh - md - 2.0 * math.sqrt(v) > 0.0:
+                return self.audit * AUDIT_SETTLED
+        return self.audit
+
+    def _audit_closed(self, group: str) -> bool:
+        """``audit``: the group's departures have not paid on average (their shrunk realised gain is below 0)."""
+        gain = self._audit_gain(group) if self.audit else None
+        return gain is not None and gain < 0.0
+
+    def _audit_add(self, group: str, dep: np.ndarray, held: np.ndarray, x: np.ndarray) -> None:
+        """Fold a group's page loads, in order, into its ``audit`` sums: every one ages the sums by one page load
+        (half-life ``AUDIT_HALFLIFE``); the departures' and the held-out ones' ``x`` (log time net of the baseline
+        level) are added at their weights."""
+        k = len(x)
+        if not k:
+            return
+        g = 0.5 ** (1.0 / AUDIT_HALFLIFE)
+        w = g ** np.arange(k - 1, -1, -1, dtype=float)
+        a = self._audit.setdefault(group, np.zeros(6))
+        a *= g ** k
+        for off, m in ((0, dep), (3, held)):
+            ww, xx = w[m], x[m]
+            a[off] += ww.sum()
+            a[off + 1] += ww @ xx
+            a[off + 2] += ww @ (xx * xx)
+
+    def _held(self, decision: Decision) -> bool:
+        """A page load held out from a departure by the ``audit``: online (arm 'audit') or drawn from a table
+        whose main choice is a departure (the baseline drawn with probability below one half)."""
+        return decision.config == self._base and (decision.arm == "audit"
+                                                   or (decision.arm == "table" and decision.probability < 0.5))
 
     def _horizon(self, cell: tuple, group_loads: float) -> float:
         """The page loads a probe's lesson is priced over: the group's so far (``kg``) or, with ``kg_cell``, the
@@ -1220,6 +1310,10 @@ class TailorPolicy(Policy):
         if self.greedy_check != "off" and self._n and n_cell >= 10 and decision.arm != SERVED:
             e = np.array([logy - level - float(mean[c])])
             self._sel_add(group, np.array([self._departure(decision)]), np.array([c == self._base]), e, np.array([c]))
+        if self.audit and decision.arm != SERVED:
+            on = bool(self._n and n_cell >= 10)
+            self._audit_add(group, np.array([on and self._departure(decision)]), np.array([on and self._held(decision)]),
+                            np.array([logy - level]))
         if c != self._base and self._n and n_cell >= 10:  # the fitted model's errors, once the cell's level is known
             # squared error of the effect, the noise and the level's uncertainty removed
             v_eff = float(sd[c] / self._kappa) ** 2
@@ -1259,7 +1353,8 @@ class TailorPolicy(Policy):
             self._size[site] = (math.log(nbytes) - SIZE_CENTER) / SIZE_SCALE
 
     def _forget(self, group: str) -> None:
-        """A change-point alarm: the group's cells' own data are forgotten (their rows zeroed)."""
+        """A change-point alarm: the group's cells' own data, and its audit, are forgotten (their rows zeroed)."""
+        self._audit.pop(group, None)
         for stats in (self._stats, self._stats_now, self._stats_past, self._stats_lag):
             rows = [i for i, key in enumerate(stats.keys_) if self._group(key) == group]
             stats.data[:, rows] = 0.0
@@ -1337,6 +1432,11 @@ class TailorPolicy(Policy):
         if check:  # greedy_check's sums: the policy's own departures and baseline page loads, per group below
             dep = np.fromiter((self._departure(it[1]) for it in items), bool, m) & live & decided
             bas = base & live & decided
+        if self.audit:
+            items_arm = [it[1] for it in items]
+            a_dep = np.fromiter((self._departure(d) for d in items_arm), bool, m) & live & decided
+            a_held = np.fromiter((self._held(d) for d in items_arm), bool, m) & live & decided
+            a_x = logy - level
         off = ~base & live  # the fitted model's errors, once the cell's level is known
         v_eff = (sd[off] / self._kappa) ** 2
         e2 = err[off] ** 2 - s2[off] - level_var[off] - v_eff
@@ -1350,6 +1450,9 @@ class TailorPolicy(Policy):
             mine = order[bounds[j]:bounds[j + 1]]  # the group's page loads, in order
             if check:
                 self._sel_add(g, dep[mine], bas[mine], err[mine], cfg[mine])
+            if self.audit:
+                mine_d = mine[decided[mine]]
+                self._audit_add(g, a_dep[mine_d], a_held[mine_d], a_x[mine_d])
             at = cusum_run(self._cusum.setdefault(g, [0.0, 0.0]), z[mine], self.cusum_drift, self.cusum_h)
             if at:  # forget the group's own data: its cells start again from the shared model
                 alarms += [(int(mine[k]), g) for k in at]
@@ -1459,6 +1562,10 @@ class TailorPolicy(Policy):
         if self._cov_c[1] >= 50:
             self._client_var = float(np.clip(self._cov_c[0] / self._cov_c[1], 0.0, 4.0))
         self._reprice()
+        if self._audit:  # every group's pooled realised gain of its departures
+            t = np.sum(list(self._audit.values()), axis=0)
+            self._audit_world = None if min(t[0], t[3]) < AUDIT_MIN else \
+                (float(t[4] / t[3] - t[1] / t[0]), float(1.0 / (1.0 / t[0] + 1.0 / t[3])))
         if self.cell_lag == "plan":
             self._stats_lag = self._own().snapshot()
 
@@ -1853,6 +1960,17 @@ class TailorPolicy(Policy):
         if probe is not None and not self._worth(mean, sd, probe, best, group,
                                                  self._horizon(cell, self._times.get(group, (0, 0.0))[0])):
             probe = None
+        if main != self._base and self.audit:  # the audit: held out with probability audit, or closed
+            if self._audit_closed(group):
+                main = self._base
+            else:
+                h = self._audit_share(group)
+                out = {main: 1.0 - h, self._base: h}
+                if probe is None or not pay(share, probe):
+                    return out
+                out = {c: (1.0 - share) * p for c, p in out.items()}
+                out[probe] = out.get(probe, 0.0) + share
+                return out
         if probe is None or not pay(share, probe):
             return {main: 1.0}
         return {main: 1.0 - share, probe: share}

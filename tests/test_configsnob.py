@@ -374,3 +374,22 @@ def test_near_design_steps_one_knob_from_the_default_first(design):
     assert proposal[0] == next(c for c in arms._lhs if c != d)
     if design == "near":
         assert proposal[0] in neighbours
+
+
+@pytest.mark.parametrize("design", ["own", "batch"])
+def test_batch_design_spreads_a_cold_nodes_proposal_over_the_next_design_points(design):
+    """Under ``design=batch`` an overlap node that has measured only the default hands the proposal's share to the
+    design's next n_initial - 1 points instead of one, so its next cycle's best tried configurations can drop a slow
+    one; a node with two configurations measured proposes one GP point either way."""
+    policy = make_policy("config-snob", seed=3, design=design).reset(ConfigSpace.named("core"))
+    arms, d = policy._arms, policy.space.default_index
+    choices = arms.overlap("ov:t", list(range(10)), np.zeros(10), {"config": [d] * 10}, None)
+    proposal = [(c, p) for c, p, arm in choices if arm == "explore"]
+    design_points = [c for c in arms._lhs if c != d]
+    k = policy.n_initial - 1 if design == "batch" else 1
+    assert [c for c, _ in proposal] == design_points[:k]
+    assert sum(p for _, p in proposal) == pytest.approx(0.5) and sum(p for _, p, _ in choices) == pytest.approx(1.0)
+    other = design_points[0]
+    y = np.log(np.r_[np.full(10, 1.0), np.full(10, 1.2)])
+    choices = arms.overlap("ov:u", list(range(20)), y, {"config": [d] * 10 + [other] * 10}, None)
+    assert len([c for c, _, arm in choices if arm == "explore"]) == 1

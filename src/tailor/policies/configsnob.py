@@ -121,8 +121,10 @@ class ConfigSnobPolicy(Policy):
         # shared by every node (the earlier reading), or 'ancestor' = the EI maximiser of a GP fitted to the nearest
         # overlap node above it that has measured two or more (the design point only where none has); 'near' = as
         # 'own', with the design's points one knob from the default first (in the design's order), so a cold start
-        # steps away from the operator's configuration one knob at a time until a GP can be fitted
-        "design": ("own", lambda v: v in ("own", "ancestor", "near"), "'own', 'ancestor' or 'near'"),
+        # steps away from the operator's configuration one knob at a time until a GP can be fitted; 'batch' = as 'own',
+        # with the design's next n_initial - 1 points sharing the proposal's place in an overlap node's initial trials
+        # (a batch design: the node's next cycle keeps the better of them as a best tried configuration, not the one)
+        "design": ("own", lambda v: v in ("own", "ancestor", "near", "batch"), "'own', 'ancestor', 'near' or 'batch'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -613,7 +615,11 @@ class ArmModels:
             return self._guarded(tried, reward, nxt)
         if not self.controlled:
             picks = [(c, "bootstrap") for c in top] + ([(int(nxt), "explore")] if nxt is not None else [])
-            return [(c, 1.0 / len(picks), arm) for c, arm in picks]
+            out = [(c, 1.0 / len(picks), arm) for c, arm in picks]
+            if self.p.design == "batch" and nxt is not None and len(tried) < 2:  # the proposal is a design point
+                batch = [c for c in self._lhs if untried[c]][: max(self.p.n_initial - 1, 1)]
+                out = out[:-1] + [(int(c), out[-1][1] / len(batch), "explore") for c in batch]
+            return out
         # controlled: only configurations measured better than the default (else the default) as initial trials;
         # BO model 1's proposal (within the forest's limit once it exists) gets explore_share
         good = [c for c in top if self._beats_default(reward, c)] or [self.space.default_index]

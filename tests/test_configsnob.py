@@ -304,7 +304,7 @@ def test_guarded_initial_trials_drop_a_tried_configuration_slower_than_the_defau
     tried" under the paper's reading; ``initial=guarded`` keeps only what is measured no slower than the
     default, keeps a faster one, and gives a space-filling design point (one configuration measured) only
     ``explore_share`` of the loads."""
-    policy = make_policy("config-snob", seed=0, initial=initial).reset(ConfigSpace.named("core"))
+    policy = make_policy("config-snob", seed=0, initial=initial, design="own").reset(ConfigSpace.named("core"))
     d = policy.space.default_index
     slow, fast = [c for c in range(len(policy.space)) if c != d][:2]
 

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scipy import stats
+from tailor_dev import paired  # the same paired 95% t interval as the tailor trials
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = ("p50", "p95", "mean_improvement", "degraded_share", "median_gap_to_optimal", "pageloads")
@@ -46,16 +46,6 @@ def evaluate(scenario: str, seed: int, param: str | None) -> dict[str, dict]:
     return {r["policy"]: {k: r[k] for k in FIELDS} for r in rows}
 
 
-def interval(diffs: list[float]) -> str:
-    n = len(diffs)
-    m = sum(diffs) / n
-    if n < 2:
-        return f"{m:+.2f}"
-    sd = (sum((d - m) ** 2 for d in diffs) / (n - 1)) ** 0.5
-    h = stats.t.ppf(0.975, n - 1) * sd / n ** 0.5
-    return f"{m:+.2f} [{m - h:+.2f}, {m + h:+.2f}]"
-
-
 def summary(doc: dict) -> None:
     name = doc.get("variant") or next(k for k in doc["runs"][0] if k not in ("scenario", "seed", "base", "optimal"))
     print(f"{doc['what']}\ncommit {doc['commit']}, {len(doc['runs'])} worlds")
@@ -65,7 +55,7 @@ def summary(doc: dict) -> None:
               f"{100 * r[name]['mean_improvement']:+.2f}%")
     for field in ("degraded_share", "mean_improvement", "p50", "p95", "median_gap_to_optimal"):
         diffs = [100 * (r[name][field] - r["base"][field]) for r in doc["runs"]]
-        print(f"  {field}: {interval(diffs)} points ({name} minus base, paired over {len(diffs)})")
+        print(f"  {field}: {paired(diffs)} points ({name} minus base, paired over {len(diffs)})")
 
 
 def main() -> None:

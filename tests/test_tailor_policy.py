@@ -240,6 +240,15 @@ def _world_items(pol, space, rng, n, t0=0.0):
     return items
 
 
+def _fold_both(one, many, items, until: float) -> None:
+    """The same page loads folded one by one into ``one`` and as a batch into ``many``, then both planned."""
+    for item in items:
+        one.observe(*item)
+    many.observe_batch(items)
+    one.plan(until, compile=False)
+    many.plan(until, compile=False)
+
+
 def test_cells_of_matches_cell_on_bin_edges_and_unknown_prefixes():
     from tailor.policies.tailor import GOODPUT_EDGES, LOSS_EDGES, RTT_EDGES
 
@@ -532,11 +541,7 @@ def test_greedy_check_sums_per_configuration_agree_batch_and_one_by_one(mode):
         # every third page load a departure the policy chose (arm 'exploit'), the rest the logger's exploration
         items = [(ctx, Decision(d.config, d.probability, d.group, "exploit" if k % 3 == 0 else d.arm), o)
                  for k, (ctx, d, o) in enumerate(items)]
-        for item in items:
-            one.observe(*item)
-        many.observe_batch(items)
-        one.plan(block * 600.0 + 600.0, compile=False)
-        many.plan(block * 600.0 + 600.0, compile=False)
+        _fold_both(one, many, items, block * 600.0 + 600.0)
     assert one._sel_c and one._sel_c.keys() == many._sel_c.keys()
     charged = 0
     for g, c in one._sel_c.items():
@@ -1161,11 +1166,7 @@ def test_audit_sums_agree_batch_and_one_by_one():
         items = [(ctx, Decision(d.config if k % 30 else base, d.probability, d.group,
                                 ("exploit" if d.config != base else "default") if k % 30 else "audit")
                   if k % 3 == 0 else d, o) for k, (ctx, d, o) in enumerate(items)]
-        for item in items:
-            one.observe(*item)
-        many.observe_batch(items)
-        one.plan(block * 600.0 + 600.0, compile=False)
-        many.plan(block * 600.0 + 600.0, compile=False)
+        _fold_both(one, many, items, block * 600.0 + 600.0)
     assert one._audit and one._audit.keys() == many._audit.keys()
     for g, a in one._audit.items():
         b = many._audit[g]

@@ -1429,13 +1429,12 @@ class TailorPolicy(Policy):
         err = logy - level - mean
         z = np.where(live, err / np.sqrt(s2 + level_var + sd ** 2), 0.0)
         check = self.greedy_check != "off" and live.any()
-        if check:  # greedy_check's sums: the policy's own departures and baseline page loads, per group below
+        if check or self.audit:  # the policy's own departures, for greedy_check's and the audit's sums below
             dep = np.fromiter((self._departure(it[1]) for it in items), bool, m) & live & decided
+        if check:  # greedy_check's sums: with the baseline page loads, per group below
             bas = base & live & decided
-        if self.audit:
-            items_arm = [it[1] for it in items]
-            a_dep = np.fromiter((self._departure(d) for d in items_arm), bool, m) & live & decided
-            a_held = np.fromiter((self._held(d) for d in items_arm), bool, m) & live & decided
+        if self.audit:  # the audit's: with the page loads held out from departures
+            held = np.fromiter((self._held(it[1]) for it in items), bool, m) & live & decided
             a_x = logy - level
         off = ~base & live  # the fitted model's errors, once the cell's level is known
         v_eff = (sd[off] / self._kappa) ** 2
@@ -1452,7 +1451,7 @@ class TailorPolicy(Policy):
                 self._sel_add(g, dep[mine], bas[mine], err[mine], cfg[mine])
             if self.audit:
                 mine_d = mine[decided[mine]]
-                self._audit_add(g, a_dep[mine_d], a_held[mine_d], a_x[mine_d])
+                self._audit_add(g, dep[mine_d], held[mine_d], a_x[mine_d])
             at = cusum_run(self._cusum.setdefault(g, [0.0, 0.0]), z[mine], self.cusum_drift, self.cusum_h)
             if at:  # forget the group's own data: its cells start again from the shared model
                 alarms += [(int(mine[k]), g) for k in at]

@@ -1101,13 +1101,14 @@ def test_audit_closes_a_group_whose_departures_did_not_pay():
     pol._audit_add("new", np.ones(5, bool), np.zeros(5, bool), np.full(5, 0.3))
     pol._audit_add("new", np.zeros(5, bool), np.ones(5, bool), np.zeros(5))
     pol.plan(600.0, compile=False)
-    world, weight = pol._audit_world
+    world, weight, se = pol._audit_world
+    assert 0.0 < se < 0.02
     assert world == pytest.approx(0.0, abs=0.02) and weight > 100
     a = pol._audit["new"]
     w = 1.0 / (1.0 / a[0] + 1.0 / a[3])
     assert pol._audit_gain("new") == pytest.approx((w * (a[4] / a[3] - a[1] / a[0]) + AUDIT_PRIOR * world)
                                                    / (w + AUDIT_PRIOR))
-    pol._audit_world = (0.1, 1000.0)
+    pol._audit_world = (0.1, 1000.0, 0.01)
     assert not pol._audit_closed("new") and pol._audit_closed("bad")  # 5 page loads do not outweigh the pool
     before = pol._audit["good"].copy()
     pol._audit_add("good", np.zeros(int(AUDIT_HALFLIFE), bool), np.zeros(int(AUDIT_HALFLIFE), bool),
@@ -1150,6 +1151,48 @@ def test_audit_holds_departures_out_at_its_share_and_returns_their_reservation()
     assert not pol._held(Decision(base, 1.0, "gid", "default"))
     off, _ = _policy()
     assert off._audited(ctx, "g", Decision(other, 1.0, "gid", "exploit")) == Decision(other, 1.0, "gid", "exploit")
+
+
+def test_audit_pool_scope_decides_every_group_on_the_pooled_gain_and_keeps_a_trickle():
+    """``audit_scope='pool'``: every group follows the pooled gain alone (a group's own evidence, however strong,
+    does not decide); closed, a departure is still served with probability AUDIT_SETTLED x audit (its arm and
+    probability logged) and the baseline otherwise (arm 'audit': a held-out page load), so that the evidence can
+    reopen it; open, held out at the full share until the pooled gain is above 0 by two standard errors."""
+    from tailor.policies.tailor import AUDIT_SETTLED, _key
+
+    pol, space = _policy(audit=0.1, audit_scope="pool")
+    rng = np.random.default_rng(9)
+    held, fast = rng.normal(0.0, 0.1, 400), rng.normal(-0.05, 0.1, 400)
+    pol._audit_add("good", np.ones(400, bool), np.zeros(400, bool), fast)
+    pol._audit_add("good", np.zeros(400, bool), np.ones(400, bool), held)
+    assert pol._audit_gain("good") is None and not pol._audit_closed("good")  # no pooled estimate before plan
+    assert pol._audit_share("good") == 0.1
+    pol._audit_world = (-0.01, 1000.0, 0.005)  # the pool says the departures lose: every group closes
+    assert pol._audit_closed("good") and pol._audit_closed("nobody") and pol._audit_share("good") == 0.1
+    base, other = pol.baseline_index, (pol.baseline_index + 1) % len(space)
+    ctx = next(_contexts(np.random.default_rng(1), 1))[1]
+    arms = []
+    for _ in range(4000):
+        d = pol._audited(ctx, "g", Decision(other, 1.0, "gid", "guard"))
+        arms.append(d.arm)
+        if d.arm == "audit":
+            assert d.config == base and d.probability == pytest.approx(1.0 - 0.1 * AUDIT_SETTLED) and pol._held(d)
+        else:
+            assert (d.config, d.arm) == (other, "guard") and d.probability == pytest.approx(0.1 * AUDIT_SETTLED)
+            assert pol._departure(d)
+    assert 0.5 * 0.1 * AUDIT_SETTLED < 1.0 - arms.count("audit") / len(arms) < 2.0 * 0.1 * AUDIT_SETTLED
+    pol._audit_world = (0.03, 1000.0, 0.01)  # shown to pay: open, held out at the trickle
+    assert not pol._audit_closed("good") and pol._audit_share("nobody") == pytest.approx(0.1 * AUDIT_SETTLED)
+    pol._audit_world = (0.01, 1000.0, 0.01)  # positive, not shown: the full share
+    assert not pol._audit_closed("good") and pol._audit_share("good") == 0.1
+    # the pooled triple from plan: every group's sums together
+    pol._audit_world = None
+    pol.plan(600.0, compile=False)
+    gain, weight, se = pol._audit_world
+    assert gain == pytest.approx(0.05, abs=0.03) and 150 < weight < 250 and 0.0 < se < 0.02
+    assert _key(ctx) not in pol._reserved
+    with pytest.raises(Exception, match="audit_scope"):
+        _policy(audit=0.1, audit_scope="world")
 
 
 def test_audit_sums_agree_batch_and_one_by_one():

@@ -373,6 +373,14 @@ def _unpack_levels(packed: tuple) -> dict:
     return {k: (rows[i], n[i], t[i]) for i, k in enumerate(keys)}
 
 
+def _audit_pooled(t: np.ndarray) -> tuple[float, float, float]:
+    """The pooled realised gain of the departures from every group's summed ``audit`` sums: (held-out mean minus
+    departures' mean log time, its effective weight, its standard error)."""
+    md, mh = t[1] / t[0], t[4] / t[3]
+    v = max(t[2] / t[0] - md * md, 0.0) / t[0] + max(t[5] / t[3] - mh * mh, 0.0) / t[3]
+    return float(mh - md), float(1.0 / (1.0 / t[0] + 1.0 / t[3])), float(math.sqrt(v))
+
+
 def _key(ctx: Context) -> tuple:
     return (ctx.session, ctx.load_index, ctx.time_s)
 
@@ -481,6 +489,13 @@ class TailorPolicy(Policy):
                   "(both net of the model's baseline level), shrunk to every group's pooled estimate, decides: a group "
                   "whose departures have not paid on average stays on the baseline until the evidence, which decays, "
                   "says otherwise; probes go on; 0 = off)"),
+        "audit_scope": ("group", lambda v: v in ("group", "pool"),
+                        "'group' or 'pool' (how the audit decides: 'group', each client group on its own realised gain "
+                        "shrunk to the pooled one; 'pool', every group together on the pooled gain alone, which has "
+                        "the power one group lacks: below 0 the departures stop everywhere but for a trickle of "
+                        f"{AUDIT_SETTLED} x audit of them, kept to let the evidence reopen them; held out at that "
+                        "trickle once the pooled gain is above 0 by two standard errors. A compiled table serves the "
+                        "baseline where closed, without the trickle)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -505,7 +520,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -1010,7 +1025,12 @@ class TailorPolicy(Policy):
         if not self.audit:
             return decision
         if self._audit_closed(group):
-            held, p, arm = True, 1.0, "default"
+            if self.audit_scope == "pool":  # a trickle of departures goes on, so that the evidence can reopen them
+                t = self.audit * AUDIT_SETTLED
+                held = bool(self._rng.random() >= t)
+                p, arm = (1.0 - t, "audit") if held else (t, decision.arm)
+            else:
+                held, p, arm = True, 1.0, "default"
         else:
             h = self._audit_share(group)
             held = bool(self._rng.random() < h)
@@ -1027,6 +1047,8 @@ class TailorPolicy(Policy):
         the baseline level) minus the departures' (positive: the departures were faster), shrunk to every
         group's pooled gain by ``AUDIT_PRIOR`` pseudo page loads; None while there is no evidence either way."""
         a, world = self._audit.get(group), self._audit_world
+        if self.audit_scope == "pool":
+            return None if world is None else world[0]
         gain, weight = 0.0, 0.0
         if a is not None and a[0] > 0.0 and a[3] > 0.0:
             gain, weight = a[4] / a[3] - a[1] / a[0], 1.0 / (1.0 / a[0] + 1.0 / a[3])
@@ -1038,6 +1060,10 @@ class TailorPolicy(Policy):
         """``audit``: the share of the group's departures held out: ``audit``, or ``AUDIT_SETTLED`` times it where the
         group's own realised gain is above 0 by two standard errors (the departures have been shown to pay; a
         trickle keeps the decaying evidence fresh)."""
+        if self.audit_scope == "pool":
+            world = self._audit_world
+            settled = world is not None and len(world) > 2 and world[0] - 2.0 * world[2] > 0.0
+            return self.audit * AUDIT_SETTLED if settled else self.audit
         a = self._audit.get(group)
         if a is not None and min(a[0], a[3]) >= AUDIT_MIN:
             md, mh = a[1] / a[0], a[4] / a[3]
@@ -1563,8 +1589,7 @@ class TailorPolicy(Policy):
         self._reprice()
         if self._audit:  # every group's pooled realised gain of its departures
             t = np.sum(list(self._audit.values()), axis=0)
-            self._audit_world = None if min(t[0], t[3]) < AUDIT_MIN else \
-                (float(t[4] / t[3] - t[1] / t[0]), float(1.0 / (1.0 / t[0] + 1.0 / t[3])))
+            self._audit_world = None if min(t[0], t[3]) < AUDIT_MIN else _audit_pooled(t)
         if self.cell_lag == "plan":
             self._stats_lag = self._own().snapshot()
 

@@ -374,8 +374,8 @@ def _unpack_levels(packed: tuple) -> dict:
 
 
 def _audit_pooled(t: np.ndarray) -> tuple[float, float, float]:
-    """The pooled realised gain of the departures from every group's summed ``audit`` sums: (held-out mean minus
-    departures' mean log time, its effective weight, its standard error)."""
+    """The realised gain of the departures from ``audit`` sums (one group's, or every group's summed): (held-out
+    mean minus departures' mean log time, its effective weight, its standard error)."""
     md, mh = t[1] / t[0], t[4] / t[3]
     v = max(t[2] / t[0] - md * md, 0.0) / t[0] + max(t[5] / t[3] - mh * mh, 0.0) / t[3]
     return float(mh - md), float(1.0 / (1.0 / t[0] + 1.0 / t[3])), float(math.sqrt(v))
@@ -1066,14 +1066,14 @@ class TailorPolicy(Policy):
             return self.audit * AUDIT_SETTLED if settled else self.audit
         a = self._audit.get(group)
         if a is not None and min(a[0], a[3]) >= AUDIT_MIN:
-            md, mh = a[1] / a[0], a[4] / a[3]
-            v = max(a[2] / a[0] - md * md, 0.0) / a[0] + max(a[5] / a[3] - mh * mh, 0.0) / a[3]
-            if mh - md - 2.0 * math.sqrt(v) > 0.0:
+            gain, _, se = _audit_pooled(a)
+            if gain - 2.0 * se > 0.0:
                 return self.audit * AUDIT_SETTLED
         return self.audit
 
     def _audit_closed(self, group: str) -> bool:
-        """``audit``: the group's departures have not paid on average (their shrunk realised gain is below 0)."""
+        """``audit``: the group's departures have not paid on average (their shrunk realised gain is below 0; with
+        ``audit_scope='pool'``, every group's pooled gain)."""
         gain = self._audit_gain(group) if self.audit else None
         return gain is not None and gain < 0.0
 

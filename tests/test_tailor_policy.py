@@ -861,6 +861,27 @@ def test_default_guard_leaves_a_baseline_that_is_slower_than_the_default():
     assert on["fast"] == 0.0
 
 
+def test_guard_base_tests_the_baseline_on_the_defaults_mean_not_its_unmeasured_sd():
+    """``guard_base`` z: the baseline's own guard test at its own z. With an unmeasured registry default (mean 0,
+    wide sd) the guard at 'same' (z 1) rules the baseline out on the sd alone; at 0 it keeps it, and rules it out
+    once the default is expected more than 5% faster than it. Other configurations keep ``guard``'s test."""
+    same, space = _policy()
+    zero, _ = _policy(guard_base=0)
+    b, d = same.baseline_index, space.default_index
+    other = next(c for c in range(len(space)) if c not in (b, d))
+    mean, sd = np.zeros(len(space)), np.full(len(space), 0.3)
+    sd[b] = 0.0
+    _, ok_same, _ = same._bounds(mean, sd)
+    _, ok_zero, _ = zero._bounds(mean, sd)
+    assert not ok_same[b] and ok_zero[b]
+    assert ok_same[other] == ok_zero[other] and not ok_zero[other]  # the rest: guard's z 1, as before
+    mean[d] = -0.1  # the default expected 10% faster than the baseline
+    _, ok_zero, _ = zero._bounds(mean, sd)
+    assert not ok_zero[b] and ok_zero[d]
+    with pytest.raises(Exception, match="guard_base"):
+        _policy(guard_base=-1)
+
+
 def test_tcp_only_telemetry_reaches_edges_without_sni_or_device():
     """The manager's view of tailor-agent's connections: no SNI, no device, no website list. What the policy learns
     for them must be in the table under rules real edges match (no ``sni``, no ``device`` key): a table keyed

@@ -416,6 +416,11 @@ class TailorPolicy(Policy):
                  + " (a middle level between the shared model and a cell: what the model misses for a website at an RTT bin, pooled over its cells)"),
         "guard": (1.0, lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10),
                   "'off' or z in [0, 10] (default guard: only configurations not plausibly > 5% slower than the registry default at z posterior sd)"),
+        "guard_base": ("same", lambda v: v == "same" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 10),
+                       "'same' or z in [0, 10] (the default guard's z for the baseline's own test: the baseline's "
+                       "effect is 0 with no sd, so at 'same' an unmeasured registry default's wide sd alone can rule the "
+                       "baseline out; at 0 the baseline is ruled out only where it is expected more than 5% slower than "
+                       "the registry default)"),
         "credit": ("gain", lambda v: v in ("none", "gain"),
                    "'none' (a configuration's page loads never add more slack than the baseline's would: its bound "
                    "floored at the baseline) or 'gain' (Wu et al.: a configuration bounded faster than the baseline "
@@ -520,7 +525,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -1227,6 +1232,9 @@ class TailorPolicy(Policy):
             return ucb, every, every
         d = self.space.default_index
         ok = mean - mean[d] + float(self.guard) * np.sqrt(sd * sd + sd[d] * sd[d]) <= DEGRADED
+        if self.guard_base != "same":  # the baseline's own test at its own z
+            b = self._base
+            ok[b] = mean[b] - mean[d] + float(self.guard_base) * float(np.hypot(sd[b], sd[d])) <= DEGRADED
         near = mean - mean[d] <= math.log(1.0 + self.probe_margin)
         ok[d] = near[d] = True
         return ucb, ok, near

@@ -1067,7 +1067,7 @@ class TailorPolicy(Policy):
         trickle keeps the decaying evidence fresh)."""
         if self.audit_scope == "pool":
             world = self._audit_world
-            settled = world is not None and len(world) > 2 and world[0] - 2.0 * world[2] > 0.0
+            settled = world is not None and world[0] - 2.0 * world[2] > 0.0
             return self.audit * AUDIT_SETTLED if settled else self.audit
         a = self._audit.get(group)
         if a is not None and min(a[0], a[3]) >= AUDIT_MIN:
@@ -1231,10 +1231,11 @@ class TailorPolicy(Policy):
             every = np.ones(len(mean), dtype=bool)
             return ucb, every, every
         d = self.space.default_index
-        ok = mean - mean[d] + float(self.guard) * np.sqrt(sd * sd + sd[d] * sd[d]) <= DEGRADED
+        z = float(self.guard)
         if self.guard_base != "same":  # the baseline's own test at its own z
-            b = self._base
-            ok[b] = mean[b] - mean[d] + float(self.guard_base) * float(np.hypot(sd[b], sd[d])) <= DEGRADED
+            z = np.full(len(mean), z)
+            z[self._base] = float(self.guard_base)
+        ok = mean - mean[d] + z * np.sqrt(sd * sd + sd[d] * sd[d]) <= DEGRADED
         near = mean - mean[d] <= math.log(1.0 + self.probe_margin)
         ok[d] = near[d] = True
         return ucb, ok, near

@@ -46,6 +46,9 @@ def test_cli_passes_arguments_and_exit_status_through():
     assert res.returncode == 2 and "tailor-probe: error: target 198.51.100.9" in res.stderr
     res = _run(probe_binary(), "--mss", "40", "127.0.0.1")
     assert res.returncode == 2 and "--mss 40: must be 88..65495" in res.stderr
+    res = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "tailor", "probe", "127.0.0.1", "--iw-trials", "6"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 2 and "--iw-trials 6: must be 1..5" in res.stderr
 
 
 def _probe(ns: str, target: str, *flags: str) -> dict:
@@ -119,6 +122,7 @@ def _check_common(out: dict, iw: int, h2: bool) -> None:
     assert (h2_alone["selected"] == "h2") == h2 and (h2 or h2_alone["error"] or not h2_alone["selected"])
     assert out["alpn"][1]["selected"] == "http/1.1"
     assert out["initial_window"]["segments"] == iw, out["initial_window"]
+    assert len(out["initial_window"]["trials"]) == 2 and min(out["initial_window"]["trials"]) == iw
     assert out["initial_window"]["retransmission"] and not out["initial_window"]["lower_bound"]
     assert 900 <= out["synack"]["init_rto_ms"] <= 1400, out["synack"]
     assert out["synack"]["mss"] == 1460

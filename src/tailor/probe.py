@@ -33,6 +33,8 @@ def add_parser(sub) -> None:
     p.add_argument("--plain", action="store_true", help="the target speaks cleartext HTTP/1.1 (exact initial window)")
     p.add_argument("--mss", type=int, default=None, help="TCP_MAXSEG of the initial-window connection (88..65495)")
     p.add_argument("--synack-wait", default=None, help="wait for the first SYN-ACK retransmission (e.g. 3.5s)")
+    p.add_argument("--iw-trials", type=int, default=None,
+                   help="initial-window measurements, 1..5 (default 2); the smallest complete count is reported")
 
 
 def binary_args(args: argparse.Namespace) -> list[str]:
@@ -45,7 +47,7 @@ def binary_args(args: argparse.Namespace) -> list[str]:
     if args.plain:
         out.append("--plain")
     for flag, value in (("--sni", args.sni), ("--path", args.path), ("--mss", args.mss),
-                        ("--synack-wait", args.synack_wait)):
+                        ("--synack-wait", args.synack_wait), ("--iw-trials", args.iw_trials)):
         if value is not None:
             out.append(f"{flag}={value}")
     return [*out, "--", args.target]

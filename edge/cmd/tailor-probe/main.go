@@ -46,6 +46,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	mss := fs.Int("mss", 1460, "TCP_MAXSEG of the initial-window connection, 88..65495")
 	wait := fs.Duration("synack-wait", 3500*time.Millisecond, "wait for the first SYN-ACK retransmission, 0.2s..10s")
 	raw := fs.Bool("raw", true, "run the root-only measurements (initial window, SYN-ACK timeout)")
+	iwTrials := fs.Int("iw-trials", fingerprint.DefaultIWTrials, "initial-window measurements; the smallest complete count is reported, 1..5")
 	plain := fs.Bool("plain", false, "the target speaks cleartext HTTP/1.1 (no TLS, ALPN, SETTINGS)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: tailor-probe [flags] HOST[:PORT]")
@@ -72,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return usage("--synack-wait %v: must be 0.2s..10s", *wait)
 	case len(*path) == 0 || (*path)[0] != '/' || len(*path) > 2048:
 		return usage("--path %q: must start with / and be at most 2048 bytes", *path)
+	case *iwTrials < 1 || *iwTrials > fingerprint.MaxIWTrials:
+		return usage("--iw-trials %d: must be 1..%d", *iwTrials, fingerprint.MaxIWTrials)
 	case len(*sni) > 253:
 		return usage("--sni: at most 253 bytes")
 	}
@@ -87,7 +90,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *sni == "" && target.Name != target.Addr.Addr().String() {
 		*sni = target.Name // a host name, not an address literal
 	}
-	p := &fingerprint.Prober{Target: target, SNI: *sni, Path: *path, MSS: *mss, SynAckWait: *wait, Raw: *raw, Plain: *plain}
+	p := &fingerprint.Prober{Target: target, SNI: *sni, Path: *path, MSS: *mss, SynAckWait: *wait, Raw: *raw, Plain: *plain,
+		IWTrials: *iwTrials}
 	res, err := p.Run(ctx)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -87,6 +87,28 @@ func TestAnalyzeFlight(t *testing.T) {
 	}
 }
 
+func TestBetterIW(t *testing.T) {
+	full := func(n int) *IWResult { return &IWResult{Segments: n, Retransmission: true} }
+	bound := func(n int) *IWResult { return &IWResult{Segments: n, Retransmission: true, LowerBound: true} }
+	for _, tc := range []struct {
+		name string
+		a, b *IWResult
+		want bool
+	}{
+		{"smaller complete count wins", full(32), full(33), true},
+		{"larger complete count loses", full(33), full(32), false},
+		{"equal counts keep the first", full(32), full(32), false},
+		{"complete beats a lower bound", full(10), bound(40), true},
+		{"a lower bound never beats a complete count", bound(40), full(10), false},
+		{"no retransmission is not complete", &IWResult{Segments: 5}, full(32), false},
+		{"between lower bounds the larger says more", bound(40), bound(30), true},
+	} {
+		if got := betterIW(tc.a, tc.b); got != tc.want {
+			t.Errorf("%s: betterIW = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestParseSynOptions(t *testing.T) {
 	r := &SynAckResult{WindowScale: -1}
 	parseSynOptions([]byte{2, 4, 0x05, 0xb4, 4, 2, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2, 1, 3, 3, 10}, r)

@@ -21,6 +21,7 @@ type IWResult struct {
 	Retransmission    bool    `json:"retransmission"`     // the flight ended with the server's retransmission
 	LowerBound        bool    `json:"lower_bound"`        // the response ended inside the flight: IW >= Segments
 	Method            string  `json:"method"`             // "cleartext" or "tls" (see the note)
+	Trials            []int   `json:"trials,omitempty"`   // every trial's count; this result is the best trial
 	Note              string  `json:"note,omitempty"`
 }
 

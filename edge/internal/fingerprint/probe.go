@@ -9,6 +9,7 @@ package fingerprint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"time"
@@ -23,7 +24,16 @@ type Prober struct {
 	SynAckWait time.Duration // how long to wait for the first SYN-ACK retransmission
 	Raw        bool          // run the privileged measurements
 	Plain      bool          // the target speaks cleartext HTTP/1.1 (no TLS, ALPN or SETTINGS)
+	IWTrials   int           // initial-window measurements (1..MaxIWTrials; 0 means DefaultIWTrials)
 }
+
+// DefaultIWTrials and MaxIWTrials bound the repeated initial-window measurement: the smallest complete
+// count is reported, because what disturbs one flight (a tail loss probe sent after a flight the
+// server's own scheduling spread out, an ACK-clocked extra segment) only ever adds segments.
+const (
+	DefaultIWTrials = 2
+	MaxIWTrials     = 5
+)
 
 // Skip is a step that did not run, and why.
 type Skip struct {
@@ -151,13 +161,58 @@ func (p *Prober) rawSteps(ctx context.Context, env *rawEnv, res *Result, content
 		protos = []string{"http/1.1"} // else offer no ALPN: h2-only servers then speak HTTP/1.1
 	}
 	var err error
-	if res.IW, err = p.MeasureIW(ctx, env, protos, contentLength); err != nil {
+	if res.IW, err = p.measureIWTrials(ctx, env, protos, contentLength); err != nil {
 		res.Errors["initial_window"] = err.Error()
 	}
 	if res.SynAck, err = p.MeasureSynAckRTO(env, p.SynAckWait); err != nil {
 		res.Errors["synack_rto"] = err.Error()
 	}
 	res.CC = guessCC(res.IW)
+}
+
+// measureIWTrials runs MeasureIW p.IWTrials times and keeps the best trial (see betterIW); every
+// trial's count is kept in Trials. It fails only when every trial failed.
+func (p *Prober) measureIWTrials(ctx context.Context, env *rawEnv, protos []string, contentLength int64) (*IWResult, error) {
+	n := p.IWTrials
+	if n <= 0 {
+		n = DefaultIWTrials
+	}
+	n = min(n, MaxIWTrials)
+	var best *IWResult
+	var counts []int
+	var errs []error
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		r, err := p.MeasureIW(ctx, env, protos, contentLength)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("trial %d: %w", i+1, err))
+			continue
+		}
+		counts = append(counts, r.Segments)
+		if best == nil || betterIW(r, best) {
+			best = r
+		}
+	}
+	if best == nil {
+		if len(errs) == 0 {
+			errs = append(errs, ctx.Err())
+		}
+		return nil, errors.Join(errs...)
+	}
+	best.Trials = counts
+	return best, nil
+}
+
+// betterIW prefers a complete trial (the flight ended with the server's retransmission, not with the
+// response) and, among equally complete ones, the smaller count.
+func betterIW(a, b *IWResult) bool {
+	complete := func(r *IWResult) bool { return r.Retransmission && !r.LowerBound && r.Segments > 0 }
+	if complete(a) != complete(b) {
+		return complete(a)
+	}
+	if complete(a) {
+		return a.Segments < b.Segments
+	}
+	return a.Segments > b.Segments // lower bounds: the larger one says more
 }
 
 // minPacingRTT: below it a paced first flight cannot be told from an unpaced one (the pacing gaps

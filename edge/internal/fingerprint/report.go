@@ -120,6 +120,9 @@ func iwText(iw *IWResult) string {
 	if iw.TLPExcluded {
 		s += ", a tail loss probe not counted"
 	}
+	if len(iw.Trials) > 1 {
+		s += fmt.Sprintf("; trials %v", iw.Trials)
+	}
 	return s
 }
 

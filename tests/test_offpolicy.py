@@ -252,6 +252,43 @@ def test_logged_interactions_follow_a_logged_combination_and_stay_additive_for_a
         fit_q_model(logs, knobs=knobs, knob_interactions="logged", min_logged=-1)
 
 
+def test_site_shrink_pulls_a_thinly_logged_websites_interaction_to_the_pooled_one():
+    """``site_shrink``: a logged combination's interaction (its prediction by the trees with interactions over the
+    additive one's, in log cost) keeps its website-specific part in proportion n_s / (n_s + site_shrink), n_s its
+    training records on that website. With a huge site_shrink every website's mean interaction is the pooled one;
+    with a tiny one the prediction is the interactions' model's; within a website the interaction's variation with
+    the context is kept either way."""
+    rng = np.random.default_rng(13)
+    knobs = {"c-base": {"cc": "cubic", "iw": 10}, "c-bbr": {"cc": "bbr", "iw": 10}, "c-iw": {"cc": "cubic", "iw": 32},
+             "c-both": {"cc": "bbr", "iw": 32}}
+    n = 8000
+    site = rng.choice(["a.example", "b.example", "c.example"], n)
+    rtt = rng.uniform(0.0, 1.0, n)
+    cfg = rng.choice(["c-base", "c-bbr", "c-iw", "c-both"], n)
+    together = np.where(site == "c.example", 0.5, 0.8)  # the interaction differs by website
+    effect = np.where(cfg == "c-bbr", 0.8, 1.0) * np.where(cfg == "c-iw", 0.85, 1.0) * \
+        np.where(cfg == "c-both", 0.8 * 0.85 * together, 1.0)
+    cost = 1000.0 * np.exp(rtt) * effect * rng.lognormal(0.0, 0.2, n)
+    logs = Logs([f"10.4.{i % 200}.{i % 50 + 1}" for i in range(n)], site, [None] * n, cfg, np.full(n, 0.25), cost,
+                {"rtt": rtt})
+    shipped = fit_q_model(logs, knobs=knobs)(logs, ["c-both"])[:, 0]
+    additive = fit_q_model(logs, knobs=knobs, knob_interactions=False)(logs, ["c-both"])[:, 0]
+    tiny = fit_q_model(logs, knobs=knobs, site_shrink=1e-9)(logs, ["c-both"])[:, 0]
+    huge = fit_q_model(logs, knobs=knobs, site_shrink=1e12)(logs, ["c-both"])[:, 0]
+    np.testing.assert_allclose(tiny, shipped, rtol=1e-6)
+    inter_free, inter_huge = np.log1p(shipped) - np.log1p(additive), np.log1p(huge) - np.log1p(additive)
+    by_site = [np.mean(inter_free[site == s]) for s in ("a.example", "b.example", "c.example")]
+    assert by_site[2] < min(by_site[:2]) - 0.05, by_site  # the trees saw c.example's stronger interaction
+    for s in ("a.example", "b.example", "c.example"):
+        m = site == s
+        assert np.mean(inter_huge[m]) == pytest.approx(np.mean(inter_free), abs=1e-9)
+        np.testing.assert_allclose(inter_huge[m] - np.mean(inter_huge[m]), inter_free[m] - np.mean(inter_free[m]),
+                                   atol=1e-9)
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="site_shrink: must be None or a finite number > 0"):
+            fit_q_model(logs, knobs=knobs, site_shrink=bad)
+
+
 def test_poisson_loss_predicts_the_mean_of_a_configuration_with_less_noise_than_the_loggers():
     """Two configurations with the same mean time, one with log-scale noise sd 0.8 (logged 90% of the time), one
     with sd 0.1. A model of log cost back-transformed with a smearing factor pooled over the configurations gives the

@@ -534,7 +534,9 @@ class QModel:
       models, the additive one above and one whose branches may use several knobs; a configuration with at least
       ``min_logged`` training records is predicted by the second (its own interactions are in the logs), any
       other by the first (a combination the logs lack or hold too rarely: trees with interactions put it in the
-      leaf of one of its knob values and miss the other's effect).
+      leaf of one of its knob values and miss the other's effect). With ``site_shrink`` (pseudo-records; None: off)
+      the second model's interaction on a website where the configuration has few training records is shrunk
+      towards its interaction pooled over websites (:meth:`_site_shrunk`).
 
     Back-transformed per decile of the predicted log cost (the noise is heteroscedastic) by the decile's observed
     over predicted total (``smearing="ratio"``, the default, chosen on held-out worlds: docs/tailor.md; cross-fitted
@@ -548,7 +550,8 @@ class QModel:
     def __init__(self, logs: Logs, config_ids: list[str] | None = None, *, folds: int = 2, shrink: float = 20.0,
                  max_iter: int | None = None, seed: int = 0, knobs: Mapping[str, Mapping[str, Any]] | None = None,
                  knob_shrink: float = 20.0, effects: str = "boosted", knob_interactions: bool | str = "logged",
-                 loss: str = "log", min_logged: int = MIN_LOGGED, smearing: str = "ratio"):
+                 loss: str = "log", min_logged: int = MIN_LOGGED, smearing: str = "ratio",
+                 site_shrink: float | None = None):
         if not (isinstance(folds, (int, np.integer)) and folds >= 1):
             raise ValueError(f"folds: must be an integer >= 1, got {folds!r}")
         for name, v in (("shrink", shrink), ("knob_shrink", knob_shrink)):
@@ -565,6 +568,10 @@ class QModel:
             raise ValueError(f"knob_interactions: must be False, True or 'logged', got {knob_interactions!r}")
         if not (isinstance(min_logged, (int, np.integer)) and min_logged >= 0):
             raise ValueError(f"min_logged: must be an integer >= 0, got {min_logged!r}")
+        if site_shrink is not None and not (isinstance(site_shrink, (int, float)) and not isinstance(site_shrink, bool)
+                                            and math.isfinite(site_shrink) and site_shrink > 0):
+            raise ValueError(f"site_shrink: must be None or a finite number > 0, got {site_shrink!r}")
+        self.site_shrink = None if site_shrink is None else float(site_shrink)
         n = len(logs)
         self.config_ids = list(dict.fromkeys(list(config_ids or []) + list(dict.fromkeys(logs.config))))
         self._col = {c: k for k, c in enumerate(self.config_ids)}
@@ -601,6 +608,10 @@ class QModel:
         # (f, coefficients (d x K), smearing edges, smearing factors) per fold; with "logged" (boosted only)
         # _free holds the folds of the model with interactions, for the configurations with >= min_logged records
         self._logged = np.bincount(cfg, minlength=len(self.config_ids)) >= min_logged
+        # training records per (configuration, site code): how much a configuration's site-specific interaction
+        # rests on (site_shrink)
+        self._n_site = np.zeros((len(self.config_ids), len(self._sites) + 1))
+        np.add.at(self._n_site, (cfg, x[:, 0].astype(np.int64)), 1.0)
         both = knob_interactions == "logged" and self.effects == "boosted"
         self._models, self._free = [], []
         with threadpool_limits(1):  # OpenMP threads cost more than they bring at this size, above all on a busy machine
@@ -776,8 +787,27 @@ class QModel:
         for models, cols in ((self._models, ~free), (self._free, free)):
             if cols.any():
                 pred[:, cols] = self._predict_with(models, logs, x, phi, ks[cols])
+        if self.site_shrink is not None and free.any():
+            pred[:, free] = self._site_shrunk(pred[:, free], self._predict_with(self._models, logs, x, phi, ks[free]),
+                                              x[:, 0].astype(np.int64), ks[free])
         for j, c in enumerate(todo):
             self._cache[c] = pred[:, j]
+
+    def _site_shrunk(self, free: np.ndarray, additive: np.ndarray, site: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """``site_shrink``: the interactions' predictions (n x len(ks)) with each configuration's website-specific
+        interaction shrunk towards its pooled one. The interaction is I = log1p(free) - log1p(additive) per record;
+        its mean over a website's records, I_s, and over all records, I_c; a configuration with n_s training records
+        on the website keeps the share w = n_s / (n_s + site_shrink) of I_s - I_c: log1p(pred) = log1p(free) -
+        (1 - w) (I_s - I_c). The variation of I within a website (with RTT, goodput, device) is kept."""
+        inter = np.log1p(free) - np.log1p(additive)
+        n_codes = self._n_site.shape[1]
+        counts = np.maximum(np.bincount(site, minlength=n_codes), 1)
+        out = np.empty_like(free)
+        for j, k in enumerate(ks):
+            by_site = np.bincount(site, weights=inter[:, j], minlength=n_codes) / counts
+            w = self._n_site[k] / (self._n_site[k] + self.site_shrink)
+            out[:, j] = np.expm1(np.log1p(free[:, j]) - ((1.0 - w) * (by_site - inter[:, j].mean()))[site])
+        return out
 
     def _predict_with(self, models: list, logs: Logs, x: np.ndarray, phi: np.ndarray | None,
                       ks: np.ndarray) -> np.ndarray:

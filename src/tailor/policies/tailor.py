@@ -85,7 +85,8 @@ default guard together: docs/tailor.md, hyper-parameters. Per connection:
   ``min_gain``, the one with the lowest LCB one knob away from the safe choice (``probe='local'``: a
   trust region, like SafeOpt's expansion; anywhere when none is; with ``probe_center='both'``, the default since
   2026-11-30, also one knob away from the eligible configuration with the lowest mean, so that a configuration two
-  knobs from the baseline and one from a configuration the model already rates best is reachable), the lowest LCB anywhere
+  knobs from the baseline and one from a configuration the model already rates best is reachable; with
+  ``probe_center='default'`` the registry default too, however many knobs away), the lowest LCB anywhere
   (``'optimistic'``) or the lowest UCB (``'cheap'``, growing the known-safe set);
 * otherwise, with ``exploit='greedy'``, the configuration with the lowest mean when it beats ``safe`` by
   ``min_gain``;
@@ -456,9 +457,11 @@ class TailorPolicy(Policy):
                           "(Student-t with 4 degrees of freedom, a scale mixture fitted by EM: a context whose contrast is "
                           "far beyond its block's variance gets a wider prior of its own, so it stays in that context "
                           "instead of moving the global effects; the global block stays Gaussian)"),
-        "probe_center": ("both", lambda v: v in ("safe", "both"),
-                         "'safe' (a local probe changes one knob of the safe choice; before 2026-11-30) or 'both' (one "
-                         "knob of the safe choice or of the configuration with the lowest mean among those the guard allows)"),
+        "probe_center": ("both", lambda v: v in ("safe", "both", "default"),
+                         "'safe' (a local probe changes one knob of the safe choice; before 2026-11-30), 'both' (one "
+                         "knob of the safe choice or of the configuration with the lowest mean among those the guard allows) "
+                         "or 'default' (as 'both', and the registry default itself, however many knobs away: where its "
+                         "optimistic bound may beat the safe choice it is measured, and a page load served it is never degraded)"),
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
@@ -1253,8 +1256,10 @@ class TailorPolicy(Policy):
         rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
         rank = rank + 1e-6 * self._rng.random(len(rank))
         region = self._near[safe]
-        if self.probe_center == "both":
+        if self.probe_center != "safe":
             region = region | self._near[best]
+        if self.probe_center == "default":
+            region = region | (np.arange(len(region)) == self.space.default_index)
         if self.probe == "local" and (plausible & region).any():
             plausible = plausible & region  # a trust region: one knob changed from the safe choice
         return int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])

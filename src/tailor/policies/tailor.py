@@ -86,7 +86,7 @@ default guard together: docs/tailor.md, hyper-parameters. Per connection:
   trust region, like SafeOpt's expansion; anywhere when none is; with ``probe_center='both'``, the default since
   2026-11-30, also one knob away from the eligible configuration with the lowest mean, so that a configuration two
   knobs from the baseline and one from a configuration the model already rates best is reachable; with
-  ``probe_center='default'`` the registry default too, however many knobs away), the lowest LCB anywhere
+  ``probe_center='default'`` the registry default first wherever it is plausible), the lowest LCB anywhere
   (``'optimistic'``) or the lowest UCB (``'cheap'``, growing the known-safe set);
 * otherwise, with ``exploit='greedy'``, the configuration with the lowest mean when it beats ``safe`` by
   ``min_gain``;
@@ -460,8 +460,9 @@ class TailorPolicy(Policy):
         "probe_center": ("both", lambda v: v in ("safe", "both", "default"),
                          "'safe' (a local probe changes one knob of the safe choice; before 2026-11-30), 'both' (one "
                          "knob of the safe choice or of the configuration with the lowest mean among those the guard allows) "
-                         "or 'default' (as 'both', and the registry default itself, however many knobs away: where its "
-                         "optimistic bound may beat the safe choice it is measured, and a page load served it is never degraded)"),
+                         "or 'default' (as 'both', but the registry default itself, however many knobs away, is the probe "
+                         "wherever its optimistic bound may beat the safe choice: its effect is what the default guard "
+                         "tests every configuration against, and a page load served it is never degraded)"),
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
@@ -1258,8 +1259,8 @@ class TailorPolicy(Policy):
         region = self._near[safe]
         if self.probe_center != "safe":
             region = region | self._near[best]
-        if self.probe_center == "default":
-            region = region | (np.arange(len(region)) == self.space.default_index)
+        if self.probe_center == "default" and plausible[self.space.default_index]:
+            return self.space.default_index  # it answers the guard's question, and is never a degraded page load
         if self.probe == "local" and (plausible & region).any():
             plausible = plausible & region  # a trust region: one knob changed from the safe choice
         return int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])

@@ -608,10 +608,10 @@ class QModel:
         # (f, coefficients (d x K), smearing edges, smearing factors) per fold; with "logged" (boosted only)
         # _free holds the folds of the model with interactions, for the configurations with >= min_logged records
         self._logged = np.bincount(cfg, minlength=len(self.config_ids)) >= min_logged
-        # training records per (configuration, site code): how much a configuration's site-specific interaction
-        # rests on (site_shrink)
-        self._n_site = np.zeros((len(self.config_ids), len(self._sites) + 1))
-        np.add.at(self._n_site, (cfg, x[:, 0].astype(np.int64)), 1.0)
+        # site_shrink: training records per (configuration, site code), what a site-specific interaction rests on
+        if self.site_shrink is not None:
+            self._n_site = np.zeros((len(self.config_ids), len(self._sites) + 1))
+            np.add.at(self._n_site, (cfg, x[:, 0].astype(np.int64)), 1.0)
         both = knob_interactions == "logged" and self.effects == "boosted"
         self._models, self._free = [], []
         with threadpool_limits(1):  # OpenMP threads cost more than they bring at this size, above all on a busy machine

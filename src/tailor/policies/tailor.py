@@ -1256,11 +1256,11 @@ class TailorPolicy(Policy):
             return None
         rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
         rank = rank + 1e-6 * self._rng.random(len(rank))
+        if self.probe_center == "default" and plausible[self.space.default_index]:
+            return self.space.default_index  # it answers the guard's question, and is never a degraded page load
         region = self._near[safe]
         if self.probe_center != "safe":
             region = region | self._near[best]
-        if self.probe_center == "default" and plausible[self.space.default_index]:
-            return self.space.default_index  # it answers the guard's question, and is never a degraded page load
         if self.probe == "local" and (plausible & region).any():
             plausible = plausible & region  # a trust region: one knob changed from the safe choice
         return int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])

@@ -908,6 +908,28 @@ def test_probe_center_default_reaches_the_registry_default_however_many_knobs_aw
         _policy(probe_center="anywhere")
 
 
+def test_probe_center_suspect_probes_the_default_only_where_the_baseline_is_expected_degraded():
+    """``probe_center='suspect'``: the registry default is the probe only where the posterior mean puts the baseline
+    more than 5% slower than it; elsewhere the probe is 'both''s."""
+    both, space = _policy()
+    sus, _ = _policy(probe_center="suspect")
+    b, d = both.baseline_index, space.default_index
+    mean, sd = np.full(len(space), 0.05), np.full(len(space), 0.1)
+    mean[b], sd[b] = 0.0, 0.0
+    other = int(np.flatnonzero(both._near[b])[0])
+    mean[other], sd[other] = -0.1, 0.2  # a neighbour with the lowest optimistic bound (-0.30)
+    picks = {}
+    for name, d_mean in (("fine", 0.02), ("suspect", -0.08)):  # the default 2% slower / 8% faster than the baseline
+        m = mean.copy()
+        m[d], sd[d] = d_mean, 0.35  # plausible either way
+        for pol in (both, sus):
+            ucb, _, near = pol._bounds(m, sd)
+            near[:] = True
+            picks[name, pol is sus] = pol._probe_of(m, sd, ucb, b, near, b)
+    assert picks["fine", False] == picks["fine", True] == picks["suspect", False] == other
+    assert picks["suspect", True] == d
+
+
 def test_tcp_only_telemetry_reaches_edges_without_sni_or_device():
     """The manager's view of tailor-agent's connections: no SNI, no device, no website list. What the policy learns
     for them must be in the table under rules real edges match (no ``sni``, no ``device`` key): a table keyed

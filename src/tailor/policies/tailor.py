@@ -86,7 +86,8 @@ default guard together: docs/tailor.md, hyper-parameters. Per connection:
   trust region, like SafeOpt's expansion; anywhere when none is; with ``probe_center='both'``, the default since
   2026-11-30, also one knob away from the eligible configuration with the lowest mean, so that a configuration two
   knobs from the baseline and one from a configuration the model already rates best is reachable; with
-  ``probe_center='default'`` the registry default first wherever it is plausible), the lowest LCB anywhere
+  ``probe_center='default'`` the registry default first wherever it is plausible, with ``'suspect'`` only where the
+  posterior expects the baseline more than 5% slower than the default), the lowest LCB anywhere
   (``'optimistic'``) or the lowest UCB (``'cheap'``, growing the known-safe set);
 * otherwise, with ``exploit='greedy'``, the configuration with the lowest mean when it beats ``safe`` by
   ``min_gain``;
@@ -457,12 +458,14 @@ class TailorPolicy(Policy):
                           "(Student-t with 4 degrees of freedom, a scale mixture fitted by EM: a context whose contrast is "
                           "far beyond its block's variance gets a wider prior of its own, so it stays in that context "
                           "instead of moving the global effects; the global block stays Gaussian)"),
-        "probe_center": ("both", lambda v: v in ("safe", "both", "default"),
+        "probe_center": ("both", lambda v: v in ("safe", "both", "default", "suspect"),
                          "'safe' (a local probe changes one knob of the safe choice; before 2026-11-30), 'both' (one "
                          "knob of the safe choice or of the configuration with the lowest mean among those the guard allows) "
                          "or 'default' (as 'both', but the registry default itself, however many knobs away, is the probe "
                          "wherever its optimistic bound may beat the safe choice: its effect is what the default guard "
-                         "tests every configuration against, and a page load served it is never degraded)"),
+                         "tests every configuration against, and a page load served it is never degraded) or 'suspect' "
+                         "(as 'default', only where the posterior expects the baseline more than 5% slower than the "
+                         "registry default: the probe goes to the default where the baseline is suspected degraded)"),
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
@@ -1256,8 +1259,10 @@ class TailorPolicy(Policy):
             return None
         rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
         rank = rank + 1e-6 * self._rng.random(len(rank))
-        if self.probe_center == "default" and plausible[self.space.default_index]:
-            return self.space.default_index  # it answers the guard's question, and is never a degraded page load
+        d = self.space.default_index
+        if plausible[d] and (self.probe_center == "default" or (
+                self.probe_center == "suspect" and mean[self._base] - mean[d] > DEGRADED)):
+            return d  # it answers the guard's question, and is never a degraded page load
         region = self._near[safe]
         if self.probe_center != "safe":
             region = region | self._near[best]

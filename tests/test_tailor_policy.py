@@ -1039,6 +1039,39 @@ def test_greedy_own_waits_for_the_cells_own_page_loads():
         _policy(greedy_own=-1)
 
 
+def test_greedy_reach_played_keeps_exploitation_one_knob_from_what_the_cell_played():
+    """``greedy_reach='played'``: a configuration two knobs or more from the baseline may be exploited only once the
+    context's level cell has played it or a one-knob neighbour of it; until then the greedy choice is the best one
+    within reach. 'any' exploits the lowest mean wherever it is."""
+    pol, space = _policy(greedy_reach="played")
+    anyw, _ = _policy()
+    b = pol.baseline_index
+    two = (pol._near[b][:, None] & pol._near).any(axis=0) & ~pol._near[b]  # two knobs from the baseline
+    two[b] = False
+    far = int(np.flatnonzero(two)[0])
+    mid = int(np.flatnonzero(pol._near[b] & pol._near[far])[0])  # one knob from both
+    near_b = int(np.flatnonzero(pol._near[b] & ~pol._near[far])[0])  # one knob from the baseline only
+    mean, sd = np.zeros(len(space)), np.full(len(space), 0.1)
+    mean[far], mean[near_b] = -0.3, -0.1
+    ok = np.ones(len(space), dtype=bool)
+    cell = ("site", "desktop", 2, 3, 0, 1)
+    assert anyw._exploit_of(cell, mean, sd, ok, far) == far
+    assert pol._exploit_of(cell, mean, sd, ok, far) == near_b  # a cell never seen: within one knob of the baseline
+    row = pol._own().row(cell[:5])
+    n, _ = pol._own().used()[:, row]
+    n[mid] = 1.0  # a neighbour of the far configuration played: it is within reach
+    assert pol._exploit_of(cell, mean, sd, ok, far) == far
+    n[mid] = 0.0
+    n[far] = 1.0  # played itself
+    assert pol._exploit_of(cell, mean, sd, ok, far) == far
+    n[far] = 0.0
+    ok[:] = False
+    ok[far] = True  # nothing the guard allows within reach: the baseline
+    assert pol._exploit_of(cell, mean, sd, ok, far) == b
+    with pytest.raises(Exception, match="greedy_reach"):
+        _policy(greedy_reach="near")
+
+
 def test_greedy_check_measures_how_much_slower_than_predicted_the_departures_were():
     """``greedy_check='on'``: a group whose non-probe departures came out 20% slower than predicted, where the
     baseline's page loads came out as predicted, adds that excess (less two standard errors) to the greedy choice's

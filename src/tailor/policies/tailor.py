@@ -483,6 +483,10 @@ class TailorPolicy(Policy):
                        "page loads of it, its level cell over every hour, number at least this many and, where the safe "
                        "choice has as many there, their mean log time is below the safe choice's: the shared model "
                        "proposes, the cell's own page loads confirm; 0 = no such condition)"),
+        "greedy_reach": ("any", lambda v: v in ("any", "played"),
+                         "'any' (the greedy choice may be any configuration the guard allows) or 'played' (only one "
+                         "within one knob of the baseline or of a configuration the context's level cell has played: "
+                         "an exploitation then rests on at most one knob term the cell has not tried, as a probe does)"),
         "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift", "config", "own"),
                          "'on' (per client group, the prediction errors of the page loads served by a departure that "
                          "was not a probe, observed outcome minus the prediction made before it was known, are compared "
@@ -532,7 +536,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -1018,6 +1022,7 @@ class TailorPolicy(Policy):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
+        best = self._exploit_of(cell, mean, sd, ok, best)
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
             if best != safe and mean[best] + charge < ucb[safe] - self.min_gain \
                     and self._confirmed(cell, best, safe) and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
@@ -1223,6 +1228,24 @@ class TailorPolicy(Policy):
         """The greedy choice among the configurations the guard allows: the lowest ``mean + greedy_z * sd``."""
         score = mean + self.greedy_z * sd if self.greedy_z else mean
         return int(np.argmin(np.where(ok, score, np.inf)))
+
+    def _exploit_of(self, cell: tuple, mean: np.ndarray, sd: np.ndarray, ok: np.ndarray, best: int) -> int:
+        """The configuration the greedy arm would exploit: ``best`` (:meth:`_greedy`), or with ``greedy_reach``
+        'played' the greedy choice among those within one knob of the baseline or of a configuration the context's
+        level cell has played (the baseline when none the guard allows is)."""
+        if self.greedy_reach == "any":
+            return best
+        reach = self._near[self._base].copy()
+        reach[self._base] = True
+        own = self._own()
+        key = cell[:5]
+        if key in own:
+            played = own[key][0] > 0
+            reach |= played | self._near[played].any(axis=0)
+        if reach[best]:
+            return best
+        ok = ok & reach
+        return self._greedy(mean, sd, ok) if ok.any() else self._base
 
     def _bounds(self, mean: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The configurations' UCBs against the baseline (the baseline's is 0), which ones the default guard allows
@@ -1997,9 +2020,10 @@ class TailorPolicy(Policy):
             safe = self._base
         main = safe
         best = self._greedy(mean, sd, ok)
-        if self.exploit == "greedy" and best != safe and mean[best] + charge < ucb[safe] - self.min_gain \
-                and self._confirmed(cell, best, safe) and pay(1.0 - share, best):
-            main = best
+        exploit = self._exploit_of(cell, mean, sd, ok, best)
+        if self.exploit == "greedy" and exploit != safe and mean[exploit] + charge < ucb[safe] - self.min_gain \
+                and self._confirmed(cell, exploit, safe) and pay(1.0 - share, exploit):
+            main = exploit
         probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None
         if probe is not None and not self._worth(mean, sd, probe, best, group,
                                                  self._horizon(cell, self._times.get(group, (0, 0.0))[0])):

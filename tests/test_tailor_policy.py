@@ -769,6 +769,28 @@ def test_student_context_prior_keeps_one_context_s_contrast_out_of_the_other_con
     assert abs(found["student"] - math.log(0.6)) < 0.1, found
 
 
+def test_global_em_estimates_the_global_blocks_variances_only_when_on():
+    """``global_em='on'``: where no knob changes anything, the EM step shrinks the global block's main and pair
+    variance components below the prior's (never above it); with 'off' they keep the prior's."""
+    comps = {}
+    for mode in ("off", "on"):
+        pol, space = _policy(global_em=mode)
+        prior = pol._comp_var[:2].copy()
+        rng = np.random.default_rng(5)
+        for k, (pop, ctx) in enumerate(_contexts(rng, 2000)):
+            if k and k % 250 == 0:
+                pol.plan(ctx.time_s, compile=False)
+            d = Decision(int(rng.integers(len(space))), 1.0, pol.select(ctx).group, "served")
+            y = POPULATIONS[pop]["base_ms"] * (1.0 + 0.3 * rng.gamma(4.0, 1.0))
+            pol.observe(ctx, d, Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0, 100_000))
+        pol.plan(2001.0, compile=False)
+        comps[mode] = (prior, pol._comp_var[:2].copy())
+    assert np.array_equal(comps["off"][0], comps["off"][1])
+    assert np.all(comps["on"][1] < comps["on"][0]) and np.all(comps["on"][1] > 0)
+    with pytest.raises(Exception, match="global_em"):
+        _policy(global_em="yes")
+
+
 def test_cell_rows_grow_and_keep_their_sums():
     """CellRows: rows keep their sums while the arrays grow past their first capacity, one by one or many at
     once; an absent key has row -1; clear forgets every row."""

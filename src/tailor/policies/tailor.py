@@ -453,6 +453,11 @@ class TailorPolicy(Policy):
                      "'plan' (decisions read a cell's own page loads as of the last plan: an outcome changes the cell's "
                      "choice only at the next plan, so a configuration is not replayed while the conditions that made it "
                      "look fast last) or 'off' (every outcome at once)"),
+        "global_em": ("off", lambda v: v in ("off", "on"),
+                      "'off' (the global block's knob terms keep their prior variance, prior_sd^2 / 2 for the main "
+                      "effects and for the two-knob interactions alike) or 'on' (their two variance components are "
+                      "estimated by the same EM step as the context blocks', capped at the prior's: the data decide how "
+                      "much of a multi-knob contrast is interaction rather than the knobs' main effects)"),
         "context_prior": ("gauss", lambda v: v in ("gauss", "student"),
                           "'gauss' (the knob terms' context deviations Gaussian, one variance per block) or 'student' "
                           "(Student-t with 4 degrees of freedom, a scale mixture fitted by EM: a context whose contrast is "
@@ -536,7 +541,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -1835,7 +1840,8 @@ class TailorPolicy(Policy):
         lam = self._tail_weights(second) if self.context_prior == "student" else 1.0
         est = np.bincount(self._comp, weights=lam * second, minlength=len(self._comp_var)) / np.maximum(size, 1)
         est = np.clip(est, COMP_FLOOR, self._comp_cap)
-        self._comp_var[2:] = est[2:]
+        first = 0 if self.global_em == "on" else 2  # the global block's components (0, 1) only with global_em
+        self._comp_var[first:] = est[first:]
         # EM: the weights above (E-step, old variances) gave the variances; the precisions use the new ones
         lam = self._tail_weights(second) if self.context_prior == "student" else 1.0
         self._prior_prec[n_psi:] = lam / self._comp_var[self._comp]

@@ -1027,11 +1027,11 @@ class TailorPolicy(Policy):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
                     seen[1] += 1
                     return Decision(opt, 1.0, gid, "explore")
-        best = self._exploit_of(cell, mean, sd, ok, best)
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
-            if best != safe and mean[best] + charge < ucb[safe] - self.min_gain \
-                    and self._confirmed(cell, best, safe) and self._afford(ctx, group, level, level_var, mean[best] + self.budget_z * sd[best]):
-                return self._audited(ctx, group, Decision(best, 1.0, gid, "exploit"))
+            exploit = self._exploit_of(cell, mean, sd, ok, best)
+            if exploit != safe and mean[exploit] + charge < ucb[safe] - self.min_gain and self._confirmed(cell, exploit, safe) \
+                    and self._afford(ctx, group, level, level_var, mean[exploit] + self.budget_z * sd[exploit]):
+                return self._audited(ctx, group, Decision(exploit, 1.0, gid, "exploit"))
         if ucb[safe] <= 0.0:
             if safe == default:
                 return Decision(safe, 1.0, gid, "default")
@@ -2026,8 +2026,8 @@ class TailorPolicy(Policy):
             safe = self._base
         main = safe
         best = self._greedy(mean, sd, ok)
-        exploit = self._exploit_of(cell, mean, sd, ok, best)
-        if self.exploit == "greedy" and exploit != safe and mean[exploit] + charge < ucb[safe] - self.min_gain \
+        exploit = self._exploit_of(cell, mean, sd, ok, best) if self.exploit == "greedy" else safe
+        if exploit != safe and mean[exploit] + charge < ucb[safe] - self.min_gain \
                 and self._confirmed(cell, exploit, safe) and pay(1.0 - share, exploit):
             main = exploit
         probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None

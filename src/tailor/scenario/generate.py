@@ -85,13 +85,25 @@ SEARCH_SCENARIOS = {"mobile-search": SEARCH_SETTINGS, "mobile-search-day": SEARC
 
 
 def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0, websites=None,
-             settings: GeneratorSettings | None = None) -> Scenario:
+             settings: GeneratorSettings | None = None, tiers: tuple[tuple[str, Tier], ...] | None = None) -> Scenario:
     """A built-in scenario with ``n_sessions`` sessions (default: the scenario's own, 1,500 for most); the same
     arguments give the same scenario.
 
     ``mobile-search`` loads the search responses among ``websites`` (names starting ``search-``; the model
-    oracle's catalog has them), each equally likely; every other scenario loads the rest, by Zipf popularity."""
-    if name not in BUILTIN_SCENARIOS:
+    oracle's catalog has them), each equally likely; every other scenario loads the rest, by Zipf popularity.
+
+    ``tiers``: a population of the caller's own, (family, tier) pairs with weights summing to 1, in place of a
+    built-in family's (``name`` then only names the scenario; its traces are paths, absolute or under
+    ``data/traces``); how ``bench/tailor_unseen.py`` builds populations from throughput series outside the tuning
+    set."""
+    if tiers is not None:
+        check(len(tiers) > 0 and all(isinstance(t, Tier) for _, t in tiers), "generate", "tiers",
+              "a non-empty tuple of (family, Tier) pairs", tiers)
+        check(abs(sum(t.weight for _, t in tiers) - 1.0) < 1e-9, "generate", "tiers", "weights summing to 1",
+              sum(t.weight for _, t in tiers))
+        check(isinstance(name, str) and name not in BUILTIN_SCENARIOS, "generate", "name",
+              "a name that is not a built-in scenario's when tiers are given", name)
+    elif name not in BUILTIN_SCENARIOS:
         raise ScenarioError(f"unknown built-in scenario {name!r}; known: {', '.join(BUILTIN_SCENARIOS)}")
     n_sessions = DEFAULT_SESSIONS.get(name, 1500) if n_sessions is None else n_sessions
     check(isinstance(n_sessions, (int, np.integer)) and n_sessions >= 1, "generate", "n_sessions",
@@ -111,7 +123,9 @@ def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0
                             f"catalog has both")
     s = settings or SEARCH_SCENARIOS.get(name) or GeneratorSettings()
     rng = np.random.default_rng(seed)
-    tiers = family_tiers("mobile-search" if search else name)  # mobile-search-day: the same population
+    own = tiers is not None
+    if not own:
+        tiers = family_tiers("mobile-search" if search else name)  # mobile-search-day: the same population
     popularity = np.full(len(websites), 1.0 / len(websites)) if search else site_popularity(rng, len(websites))
     n_clients = max(1, min(n_sessions, round(n_sessions / s.sessions_per_client)))
     clients = build_clients(rng, tiers, n_clients, s.clients_per_prefix, popularity, isps_per_pool=s.isps_per_pool)
@@ -120,7 +134,8 @@ def generate(name: str = "default", n_sessions: int | None = None, seed: int = 0
     starts = np.sort(rng.uniform(0.0, s.horizon_s, n_sessions))  # Poisson arrivals given their count
     sessions = tuple(_session(rng, f"s{i + 1:05d}", clients[c], float(round(t, 3)), websites, popularity, s)
                      for i, (c, t) in enumerate(zip(owners, starts)))
-    return Scenario(name, sessions, s.chunk_s, _description(name), _provenance(name, seed, n_sessions, s, tiers))
+    description = f"'{name}': a population of {len(tiers)} tiers given by the caller" if own else _description(name)
+    return Scenario(name, sessions, s.chunk_s, description, _provenance(name, seed, n_sessions, s, tiers, own))
 
 
 def _session(rng, sid: str, client: Client, start_s: float, websites, popularity, s: GeneratorSettings) -> Session:
@@ -230,7 +245,7 @@ def _description(name: str) -> str:
     return f"Built-in '{name}' client population from published figures"
 
 
-def _provenance(name: str, seed: int, n_sessions: int, s: GeneratorSettings, tiers) -> dict:
+def _provenance(name: str, seed: int, n_sessions: int, s: GeneratorSettings, tiers, own: bool = False) -> dict:
     sources = sorted({c.source for _, t in tiers for c in (t.offpeak, t.peak) + ((t.shift,) if t.shift else ())})
     traces = sorted({f for _, t in tiers for f in t.traces})
     trace_sources = {tf.file: tf.source for tf in facts.TRACES if tf.file in traces}
@@ -239,9 +254,11 @@ def _provenance(name: str, seed: int, n_sessions: int, s: GeneratorSettings, tie
         "generator": "tailor.scenario.generate", "scenario": name, "seed": int(seed), "n_sessions": int(n_sessions),
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(s).items()},
         "clock": {"start_hour": s.start_hour, "peak_hours": list(facts.PEAK_HOURS), "source": "FCC MBA peak period"},
-        "families": dict(MIXED_WEIGHTS) if name in ("default", "mixed-global") else {name: 1.0},
+        "families": ({f: round(sum(t.weight for g, t in tiers if g == f), 6) for f, _ in tiers} if own
+                     else dict(MIXED_WEIGHTS) if name in ("default", "mixed-global") else {name: 1.0}),
         "sources": sources + [facts.CONFIGANATOR_SOURCE],
-        "traces": {f: f"data/traces/{f} ({src})" for f, src in sorted(trace_sources.items())},
+        "traces": ({f: f"data/traces/{f}" for f in traces} if own else
+                   {f: f"data/traces/{f} ({src})" for f, src in sorted(trace_sources.items())}),
         "assumptions": "tier weights, device shares, unsourced losses and spreads: tailor/scenario/families.py, "
                        "population.py; see docs/scenarios.md",
     }

@@ -50,6 +50,36 @@ def test_every_builtin_generates_valid_sessions(name):
     assert all(0 <= s.start_s <= (24 if name == "mobile-search-day" else 4) * 3600 for s in sc.sessions)
 
 
+def test_a_population_of_ones_own_tiers_draws_every_session_from_its_traces(tmp_path):
+    """``generate(tiers=...)``: the caller's tiers replace a family's; a trace-driven tier's sessions take their
+    bandwidth, chunk by chunk, from its traces (paths under data/traces), and RTT, loss and buffer from the tier."""
+    from tailor.scenario.facts import Condition
+    from tailor.scenario.families import DEVICES_HOME, Tier
+    trace = "norway_bus_11"
+    from tailor.scenario.importers import MIN_BW_MBPS
+    chunks = np.maximum(load_trace(TRACES / trace, 5.0)[1], MIN_BW_MBPS)
+    own = (("a", Tier("a-20ms", "wifi", 0.5, *(Condition(1.0, 20.0, 0.001, "test"),) * 2, 2.0, ("r1",), DEVICES_HOME,
+                      traces=(trace,), trace_share=1.0)),
+           ("b", Tier("b-200ms", "3g", 0.5, *(Condition(3.0, 200.0, 0.01, "test"),) * 2, 5.0, ("r2",), DEVICES_HOME)))
+    sc = generate("mine", 200, seed=3, websites=SITES, tiers=own)
+    assert sc.name == "mine" and sc.provenance["families"] == {"a": 0.5, "b": 0.5}
+    assert sc.provenance["traces"] == {trace: f"data/traces/{trace}"}
+    by_access = {a: [s for s in sc.sessions if s.client.access == a] for a in ("wifi", "3g")}
+    assert len(by_access["wifi"]) > 50 and len(by_access["3g"]) > 50 and len(sc.sessions) == 200
+    for s in by_access["wifi"]:  # every chunk's bandwidth is one of the trace's (4 significant digits)
+        assert s.conditions.buffer_bdp == 2.0
+        assert (np.abs(s.conditions.bw_mbps[:, None] / chunks[None, :] - 1.0).min(axis=1) < 1e-3).all()
+    rtt = np.median([r for s in by_access["3g"] for r in s.conditions.rtt_ms])
+    assert 150 < rtt < 260 and {s.conditions.buffer_bdp for s in by_access["3g"]} == {5.0}
+    p = tmp_path / "mine.scn"
+    save_scenario(sc, p)
+    assert fingerprint(load_scenario(p)) == fingerprint(sc)
+    with pytest.raises(ScenarioError, match="tiers"):
+        generate("mine", 10, seed=3, websites=SITES, tiers=(own[0],))  # weights must sum to 1
+    with pytest.raises(ScenarioError, match="name"):
+        generate("cellular", 10, seed=3, websites=SITES, tiers=own)  # a built-in's name would mislabel it
+
+
 def test_default_covers_access_types_and_has_reasonable_size(default):
     access = {s.client.access for s in default.sessions}
     assert {"cable", "dsl", "fiber", "lte", "3g", "2g", "geo-satellite", "leo-satellite", "cellular", "wired"} <= access

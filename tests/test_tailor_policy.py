@@ -102,6 +102,38 @@ def test_budget_never_violated_when_every_other_configuration_is_worse(alpha, ba
     assert explored > 0, "the budget was never used: the test would pass for a policy that never explores"
 
 
+@pytest.mark.parametrize("credit,bound", [("none", "sum"), ("gain", "sum"), ("gain", "play")])
+def test_budget_in_page_loads_holds_where_light_pages_would_spend_what_heavy_ones_earn(credit, bound):
+    """``budget_unit='both'``: besides the time budget, every group's sum over its page loads of time / the
+    baseline's time stays within (1 + alpha) x their number at every moment, in a world where every other
+    configuration is slower and the websites' baseline times differ 25-fold (a heavy page's alpha x its time would
+    otherwise fund many slow light page loads). The default unit ('time') lets the same world exceed it."""
+    scale = {"news.example": 0.2, "shop.example": 1.0, "video.example": 5.0}
+    worst, departed = {}, {"time": 0, "both": 0}
+    for unit in ("time", "both"):
+        pol, space = _policy(alpha=0.01, alpha_loads=0.01, credit=credit, budget_bound=bound, budget_unit=unit)
+        rng = np.random.default_rng(11)
+        slowdown = _slowdowns(pol, space, 1.1 + 1.1 * rng.random(len(space)))
+        sums: dict[str, list[float]] = {}  # per group: [time, baseline time, sum of ratios, page loads]
+        worst[unit] = [-np.inf, -np.inf]
+        for k, (pop, ctx) in enumerate(_contexts(rng, 6000)):
+            if k and k % 300 == 0:
+                pol.plan(ctx.time_s, compile=False)
+            d = pol.select(ctx)
+            departed[unit] += d.config != pol.baseline_index
+            noise = 1.0 + 0.3 * rng.gamma(4.0, 1.0)
+            y_base = POPULATIONS[pop]["base_ms"] * scale[ctx.website] * noise
+            y = y_base * slowdown[d.config]
+            pol.observe(ctx, d, Outcome(y, 10.0, ctx.handshake_rtt_ms, 0.0, 100_000))
+            acc = sums.setdefault(pol.budget_group(ctx), [0.0, 0.0, 0.0, 0])
+            acc[0], acc[1], acc[2], acc[3] = acc[0] + y, acc[1] + y_base, acc[2] + y / y_base, acc[3] + 1
+            worst[unit] = [max(worst[unit][0], acc[0] - 1.01 * acc[1]), max(worst[unit][1], acc[2] - 1.01 * acc[3])]
+    assert worst["both"][0] <= 1e-6 and worst["time"][0] <= 1e-6, worst  # the time budget holds in both
+    assert worst["both"][1] <= 1e-9, f"the page-load budget was exceeded by {worst['both'][1]:.3f} page loads"
+    assert worst["time"][1] > 0.0, "the world does not tell the units apart: the test would pass for either"
+    assert 0 < departed["both"] < departed["time"], departed  # it explores, less than the time budget lets it
+
+
 @pytest.mark.parametrize("baseline,bound", [("cdn-static", "play"), ("default", "play"), ("cdn-static", "sum"),
                                             ("default", "sum")])
 def test_exploits_a_better_configuration_within_budget(baseline, bound):

@@ -439,6 +439,12 @@ class TailorPolicy(Policy):
         "budget_bound": ("sum", lambda v: v in ("play", "sum"),
                          "'play' (the slack repriced as the sum of each played configuration's bound, Wu et al.) or "
                          "'sum' (one bound on the group's sum, Kazerouni et al. 2017: independent cell errors average out)"),
+        "budget_unit": ("time", lambda v: v in ("time", "both"),
+                        "'time' (the budget holds the group's cumulative time within (1 + alpha) x the baseline's) or "
+                        "'both' (also its page loads: the sum over page loads of time / the baseline's time within "
+                        "(1 + alpha_loads) x their number, so cheap page loads cannot spend the slack heavy ones earn)"),
+        "alpha_loads": (0.05, _FLOAT(0.0, 1.0), "in [0, 1] (with budget_unit 'both': at most (1 + alpha_loads) x the "
+                        "baseline's time per page load on average, per group)"),
         "level_epoch": (3600.0, _FLOAT(0.0, 1e7),
                         "in [0, 1e7] seconds (the shared model's effects come from contrasts within a level cell and an "
                         "epoch of this length, so a level that drifts between epochs is not taken for an effect of the "
@@ -551,6 +557,9 @@ class TailorPolicy(Policy):
             self.cell_epoch, self._stats_now, self._stats_epoch = "off", CellRows(2, len(self.space)), 0
         if "_stats_past" not in state:
             self._stats_past = CellRows(2, len(self.space))
+        if "_slack_n" not in state:  # before ``budget_unit``: times only (the page-load counts start at 0)
+            self.budget_unit, self.alpha_loads, self._slack_n, self._reserved_n = "time", 0.05, {}, {}
+            self._played.data = np.concatenate([self._played.data, np.zeros_like(self._played.data)])
         if "_stats_lag" not in state:  # before ``cell_lag``
             self.cell_lag, self._stats_lag = "off", CellRows(2, len(self.space))
         if "_cov_blocks" not in state:
@@ -635,7 +644,10 @@ class TailorPolicy(Policy):
         self._slack: dict[str, float] = {}
         self._times: dict[str, tuple[int, float]] = {}  # group -> (page loads, sum of baseline-time estimates)
         self._reserved: dict[tuple, tuple[str, float]] = {}  # pending page load -> (group, reserved cost)
-        self._played = CellRows(1, len(space))  # context cell -> sum of times per config (its group: _group)
+        # ``budget_unit='both'``: the slack in baseline page loads, sum_s ((1 + alpha) - y_s / b_s), and its reservations
+        self._slack_n: dict[str, float] = {}
+        self._reserved_n: dict[tuple, float] = {}
+        self._played = CellRows(2, len(space))  # context cell -> (sum of times, page loads) per config (group: _group)
         self._cusum: dict[str, list[float]] = {}
         self._stats = CellRows(2, len(space))  # cell w/o hour -> (n, sum log y) per config
         self._stats_now = CellRows(2, len(space))  # the same, the current level epoch only (``cell_epoch``)
@@ -1061,6 +1073,7 @@ class TailorPolicy(Policy):
             hit = self._reserved.pop(_key(ctx), None)
             if hit is not None:
                 self._slack[hit[0]] = self._slack.get(hit[0], 0.0) + hit[1]
+                self._slack_n[hit[0]] = self._slack_n.get(hit[0], 0.0) + self._reserved_n.pop(_key(ctx), 0.0)
             return Decision(self._base, p, decision.group, arm)
         return Decision(decision.config, p, decision.group, arm)
 
@@ -1311,15 +1324,24 @@ class TailorPolicy(Policy):
             high = math.exp(2.33 * math.sqrt(s2)) * max(math.exp(level), sum_g / max(n_g, 1))
         return max(high * (math.exp(ucb) - 1.0 - self.alpha), 0.0)
 
+    def _cost_n(self, ucb: float) -> float:
+        """``budget_unit='both'``: the pessimistic cost of one page load in baseline page loads,
+        ``exp(UCB) - 1 - alpha_loads`` (0 with the default unit)."""
+        return max(math.exp(ucb) - 1.0 - self.alpha_loads, 0.0) if self.budget_unit == "both" else 0.0
+
     def _afford(self, ctx: Context, group: str, level: float, level_var: float, ucb: float) -> bool:
-        """Whether the group's slack pays the pessimistic cost of a configuration with this UCB here; if so,
-        the cost (:meth:`_cost`) is reserved until the outcome arrives. Nothing is afforded before the group has
-        10 page loads."""
-        cost = self._cost(group, level, level_var, ucb)
-        if self._times.get(group, (0, 0.0))[0] < 10 or self._slack.get(group, 0.0) < cost:
+        """Whether the group's slack pays the pessimistic cost of a configuration with this UCB here (with
+        ``budget_unit='both'``, its slack in page loads too); if so, the cost (:meth:`_cost`, :meth:`_cost_n`) is
+        reserved until the outcome arrives. Nothing is afforded before the group has 10 page loads."""
+        cost, cost_n = self._cost(group, level, level_var, ucb), self._cost_n(ucb)
+        if self._times.get(group, (0, 0.0))[0] < 10 or self._slack.get(group, 0.0) < cost \
+                or (cost_n > 0.0 and self._slack_n.get(group, 0.0) < cost_n):
             return False
         self._slack[group] = self._slack.get(group, 0.0) - cost
         self._reserved[_key(ctx)] = (group, cost)
+        if cost_n > 0.0:
+            self._slack_n[group] = self._slack_n.get(group, 0.0) - cost_n
+            self._reserved_n[_key(ctx)] = cost_n
         return True
 
     def _offset(self, ctx: Context) -> float:
@@ -1360,8 +1382,12 @@ class TailorPolicy(Policy):
             # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
             self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
                 + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
+            # in baseline page loads: 1 + alpha_loads - y / b, y / b <= exp(UCB)
+            self._slack_n[group] = self._slack_n.get(group, 0.0) + self._reserved_n.pop(_key(ctx), 0.0) \
+                + 1.0 + self.alpha_loads - math.exp(ucb)
             i = self._played.row(cell)  # (may grow the arrays: the row first)
             self._played.data[0, i, c] += y
+            self._played.data[1, i, c] += 1.0
             n_g, sum_g = self._times.get(group, (0, 0.0))
             self._times[group] = (n_g + 1, sum_g + y * math.exp(-ucb))  # the baseline's time, pessimistically low
         raw = math.log(y)
@@ -1469,19 +1495,25 @@ class TailorPolicy(Policy):
         # (page loads a guardrail served are not the policy's decisions: not charged)
         decided = np.fromiter((it[1].arm != SERVED for it in items), bool, m)
         term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
+        term_n = 1.0 + self.alpha_loads - np.exp(ucb)
         if self._reserved:
             term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)
+        if self._reserved_n:
+            term_n += np.fromiter((self._reserved_n.pop(_key(ctx), 0.0) for ctx in ctxs), float, m)
         slack = np.bincount(gidx, term * decided, len(names))
+        slack_n = np.bincount(gidx, term_n * decided, len(names))
         count = np.bincount(gidx, minlength=len(names))
         owned = np.bincount(gidx, decided, len(names))
         low = np.bincount(gidx, y * np.exp(-ucb) * decided, len(names))
         for j, g in enumerate(names):
             if owned[j] or g in self._times:
                 self._slack[g] = self._slack.get(g, 0.0) + float(slack[j])
+                self._slack_n[g] = self._slack_n.get(g, 0.0) + float(slack_n[j])
                 n_g, sum_g = self._times.get(g, (0, 0.0))
                 self._times[g] = (n_g + int(owned[j]), sum_g + float(low[j]))
         crow = self._played.rows(cells)
         self._played.data[0, crow] += np.bincount(pair, y * decided, len(cells) * n_cfg).reshape(len(cells), n_cfg)
+        self._played.data[1, crow] += np.bincount(pair, decided, len(cells) * n_cfg).reshape(len(cells), n_cfg)
         # clients' offsets (from before the batch), then their residuals
         raw = np.log(y)
         ids = [ctx.client.client_id for ctx in ctxs]
@@ -1748,13 +1780,26 @@ class TailorPolicy(Policy):
         bound = self._sum_slack if self.budget_bound == "sum" else self._play_slack
         for group, total in bound(cells, groups, self._played.used()[0]).items():
             self._slack[group] = total - pending.get(group, 0.0)
+        if self.budget_unit == "both":
+            pending_n: dict[str, float] = {}
+            for k, cost in self._reserved_n.items():
+                g = self._reserved[k][0] if k in self._reserved else None
+                pending_n[g] = pending_n.get(g, 0.0) + cost
+            for group, total in self._play_slack(cells, groups, self._played.used()[1], unit="load").items():
+                self._slack_n[group] = total - pending_n.get(group, 0.0)
 
-    def _play_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray) -> dict[str, float]:
-        """``budget_bound='play'``: each group's slack as the sum of every played configuration's own bound."""
+    def _play_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray,
+                    unit: str = "time") -> dict[str, float]:
+        """``budget_bound='play'``: each group's slack as the sum of every played configuration's own bound;
+        ``unit='load'`` (``played``: page loads, not times): the slack in baseline page loads of
+        ``budget_unit='both'``, which is always repriced so."""
         delta, sd, _, _ = self._effects_many(cells, groups)
         ucb = np.maximum(delta + self.budget_z * sd, self._floor)
         ucb[:, self._base] = 0.0
-        terms = np.sum(played * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
+        if unit == "load":
+            terms = np.sum(played * (1.0 + self.alpha_loads - np.exp(ucb)), axis=1)
+        else:
+            terms = np.sum(played * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
         slack = dict.fromkeys(groups, 0.0)
         for group, term in zip(groups, terms.tolist()):
             slack[group] += term
@@ -2010,15 +2055,17 @@ class TailorPolicy(Policy):
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))
         if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:
             return {safe if ucb[safe] <= 0.0 else self._base: 1.0}
-        slack = self._slack.get(group, 0.0)
-        promised = left.setdefault(group, [0.0, 0.0])
+        slack, slack_n = self._slack.get(group, 0.0), self._slack_n.get(group, 0.0)
+        promised = left.setdefault(group, [0.0, 0.0, 0.0, 0.0])
 
         def pay(share: float, c: int) -> bool:  # promise the cost of drawing c with probability share here
-            cost = self._cost(group, level, level_var, float(mean[c] + self.budget_z * sd[c]))
+            ucb_c = float(mean[c] + self.budget_z * sd[c])
+            cost, cost_n = self._cost(group, level, level_var, ucb_c), self._cost_n(ucb_c)
             m, v = promised[0] + share * loads * cost, promised[1] + share * loads * cost * cost
-            if m + 3.0 * math.sqrt(v) > slack:
+            m_n, v_n = promised[2] + share * loads * cost_n, promised[3] + share * loads * cost_n * cost_n
+            if m + 3.0 * math.sqrt(v) > slack or (cost_n > 0.0 and m_n + 3.0 * math.sqrt(v_n) > slack_n):
                 return False
-            promised[0], promised[1] = m, v
+            promised[:] = m, v, m_n, v_n
             return True
 
         share = self.explore_share

@@ -861,23 +861,26 @@ def test_tables_probe_only_what_the_slack_pays_and_guardrail_service_is_not_char
     _run(pol, space, rng, 1200, _slowdowns(pol, space, np.full(len(space), 1.0)), plan_every=400)
     pol.plan(1200.0, compile=False)
 
-    def probed(slack: float) -> list[dict]:
+    def probed(slack: float, in_loads: float | None = None) -> list[dict]:  # time slack (ms), page-load slack
         pol._slack = dict.fromkeys(pol._slack, slack)
+        pol._slack_n = dict.fromkeys(pol._slack, slack if in_loads is None else in_loads)
         groups = pol.table_groups()
         pol.table_rules()
         return [g for g in groups.values() if len(g) > 1]
 
     assert probed(0.0) == []
+    assert probed(1e9, 0.0) == []  # budget_unit='both' (the default): the slack in page loads must pay too
     rich = probed(1e9)
     assert rich and all(sorted(g.values()) == pytest.approx([0.1, 0.9]) for g in rich)
     # a slow non-baseline configuration a guardrail served is not charged
-    slack, times = dict(pol._slack), dict(pol._times)
+    slack, slack_n, times = dict(pol._slack), dict(pol._slack_n), dict(pol._times)
     _, ctx = next(_contexts(rng, 1, t0=1300.0))
     slow = next(c for c in range(len(space)) if c != pol.baseline_index)
     pol.observe(ctx, Decision(slow, 1.0, "g", "served"), Outcome(50_000.0, 1.0, 300.0, 0.0, 100_000))
-    assert pol._slack == slack and pol._times == times
+    assert pol._slack == slack and pol._slack_n == slack_n and pol._times == times
     pol.observe(ctx, Decision(slow, 1.0, "g", "table"), Outcome(50_000.0, 1.0, 300.0, 0.0, 100_000))
     assert pol._slack[pol.budget_group(ctx)] < slack[pol.budget_group(ctx)]
+    assert pol._slack_n[pol.budget_group(ctx)] < slack_n[pol.budget_group(ctx)]
 
 
 def test_default_guard_leaves_a_baseline_that_is_slower_than_the_default():

@@ -68,7 +68,11 @@ one knob changed rarely makes a page load more than ``exp(budget_z * prior_sd)``
 ``budget_bound='sum'`` (the default since 2026-11-27) the repricing bounds each group's sum once (Kazerouni et
 al., NeurIPS 2017: the confidence bound of the played actions' summed features) instead of summing per-play bounds
 (``'play'``), so independent cell errors average out (:meth:`TailorPolicy._sum_slack`). Why these two and the
-default guard together: docs/tailor.md, hyper-parameters. Per connection:
+default guard together: docs/tailor.md, hyper-parameters. With ``budget_unit='both'`` (the default since
+2026-12-05) a second slack counts baseline page loads, ``S'_g = sum_s (1 + alpha_loads - y_s / b_s)``, ``y_s / b_s
+<= exp(UCB)`` (per-play bound at every plan), and a departure must be affordable in both: the time budget alone lets
+the slack a heavy page's baseline earns pay for many departures on light pages, while the evaluation counts page
+loads. Per connection:
 
 * ``safe = argmin UCB`` (the baseline has UCB 0): free, it cannot cost more than the baseline;
 * the *default guard* (``guard`` = z, 1 by default since 2026-11-27; ``'off'``): a configuration is eligible only when
@@ -123,7 +127,8 @@ online loop observes page load by page load.
 Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenarios, never on seeds 0-4:
 ``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1, 0.2}, ``exploit`` in {safe, greedy}, ``probe`` in
 {cheap, optimistic, local}, ``prior_sd`` in {0.15, 0.2, 0.3}; ``credit``, ``budget_bound`` and ``guard`` together on
-seeds 100-103 of the five scenarios on both oracles; ``probe_center`` on seeds 127-132 (three trials, docs/tailor.md).
+seeds 100-103 of the five scenarios on both oracles; ``probe_center`` on seeds 127-132 (three trials, docs/tailor.md);
+``budget_unit`` and ``alpha_loads`` on seeds 177-178 (``alpha_loads`` 0.05 chosen among 0.01, 0.05, 0.1 on seed 100).
 """
 
 from __future__ import annotations
@@ -439,10 +444,11 @@ class TailorPolicy(Policy):
         "budget_bound": ("sum", lambda v: v in ("play", "sum"),
                          "'play' (the slack repriced as the sum of each played configuration's bound, Wu et al.) or "
                          "'sum' (one bound on the group's sum, Kazerouni et al. 2017: independent cell errors average out)"),
-        "budget_unit": ("time", lambda v: v in ("time", "both"),
-                        "'time' (the budget holds the group's cumulative time within (1 + alpha) x the baseline's) or "
-                        "'both' (also its page loads: the sum over page loads of time / the baseline's time within "
-                        "(1 + alpha_loads) x their number, so cheap page loads cannot spend the slack heavy ones earn)"),
+        "budget_unit": ("both", lambda v: v in ("time", "both"),
+                        "'time' (the budget holds the group's cumulative time within (1 + alpha) x the baseline's; "
+                        "before 2026-12-05) or 'both' (also its page loads: the sum over page loads of time / the "
+                        "baseline's time within (1 + alpha_loads) x their number, so cheap page loads cannot spend the "
+                        "slack heavy ones earn)"),
         "alpha_loads": (0.05, _FLOAT(0.0, 1.0), "in [0, 1] (with budget_unit 'both': at most (1 + alpha_loads) x the "
                         "baseline's time per page load on average, per group)"),
         "level_epoch": (3600.0, _FLOAT(0.0, 1e7),
@@ -644,7 +650,7 @@ class TailorPolicy(Policy):
         self._slack: dict[str, float] = {}
         self._times: dict[str, tuple[int, float]] = {}  # group -> (page loads, sum of baseline-time estimates)
         self._reserved: dict[tuple, tuple[str, float]] = {}  # pending page load -> (group, reserved cost)
-        # ``budget_unit='both'``: the slack in baseline page loads, sum_s ((1 + alpha) - y_s / b_s), and its reservations
+        # ``budget_unit='both'``: the slack in baseline page loads, sum_s (1 + alpha_loads - y_s / b_s), and its reservations
         self._slack_n: dict[str, float] = {}
         self._reserved_n: dict[tuple, float] = {}
         self._played = CellRows(2, len(space))  # context cell -> (sum of times, page loads) per config (group: _group)
@@ -2031,7 +2037,7 @@ class TailorPolicy(Policy):
                     of_gid[gid] = cell
                 cells_of.setdefault(gid, set()).add(cell[:5])
                 placed.append((prefix, site, device, gid))
-        left: dict[str, list[float]] = {}  # per client group: mean and variance of the costs promised to this table
+        left: dict[str, list[float]] = {}  # per client group: mean and variance of the costs promised to this table (ms, page loads)
         for gid, cell in of_gid.items():
             loads = sum(self._recent.get(c, 0.0) for c in cells_of[gid])
             groups[gid] = self._table_choice(cell, self._group(cell), left, loads)

@@ -55,6 +55,7 @@ from tailor.grouping import PrefixArchive
 from tailor.grouping.classes import DEVICES
 from tailor.oracle.select import default_oracle
 from tailor.policies import Context, Decision, Outcome, PolicyEnv, PrefixHistory, make_policy
+from tailor.policies.base import parse_policy_params
 from tailor.scenario import load_scenario
 from tailor.scenario.model import ClientInfo
 from tailor.sim import SimConfig, Simulator
@@ -109,12 +110,15 @@ def context_of(world, i: int) -> Context:
                    int(world.cell[i]), int(world.stale_cell[i]))
 
 
+PARAMS: dict = {}  # --policy-param: the policy's parameters for every policy this bench builds
+
+
 def decision_rates(sessions: int | None, update_s: float, repeats: int) -> dict:
     oracle = default_oracle()
     scn = load_scenario("default", n_sessions=sessions, seed=0, websites=sorted(oracle.websites))
     sim = Simulator(scn, oracle, SimConfig(seed=0, update_freq_s=update_s))
     world = sim.world
-    policy = make_policy("tailor", seed=0)
+    policy = make_policy("tailor", seed=0, **PARAMS)
     with Timer() as train:
         result = sim.run(policy)  # trains the policy; ends with plan(end) and its compiled table
     ctxs = [context_of(world, i) for i in range(len(world))]
@@ -207,7 +211,8 @@ class Synthetic:
 
 
 def fresh_policy(data: Synthetic, space: ConfigSpace, archive: PrefixArchive):
-    return make_policy("tailor", seed=0).reset(space, PolicyEnv(websites=tuple(data.websites), archive=archive))
+    return make_policy("tailor", seed=0, **PARAMS).reset(space, PolicyEnv(websites=tuple(data.websites),
+                                                                          archive=archive))
 
 
 def feed(policy, data: Synthetic, lo: int, hi: int, batch: bool = True) -> float:
@@ -372,7 +377,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=CHUNK,
                     help="records per observe_batch call (the manager: one cycle's new rows)")
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a parameter of the tailor policy (repeatable), e.g. budget_unit=time")
     args = ap.parse_args()
+    PARAMS.update(parse_policy_params(args.policy_param, "bench/tailor_policy.py"))
     CHUNK = args.batch
     limits = threadpool_limits(args.blas_threads) if args.blas_threads else None  # noqa: F841 (held for the run)
     n = 50_000 if args.quick else args.records
@@ -385,7 +393,8 @@ def main() -> None:
             "numpy": np.__version__, "cpus": os.cpu_count(), "platform": platform.platform(),
             "load_start": [round(x, 2) for x in load0], "load_end": [round(x, 2) for x in os.getloadavg()],
             "blas": sorted({f"{i['internal_api']} x{i['num_threads']}" for i in threadpool_info()}),
-            "mem_budget_gb": round(budget, 1), "total_wall_s": round(time.perf_counter() - started, 1)}
+            "mem_budget_gb": round(budget, 1), "total_wall_s": round(time.perf_counter() - started, 1),
+            "policy_params": dict(PARAMS)}
     print("| figure | value | target |\n|---|---|---|")
     for row in table_rows(dec, upd):
         print("| " + " | ".join(row) + " |")

@@ -1784,34 +1784,46 @@ class TailorPolicy(Policy):
             return
         groups = [self._group(cell) for cell in cells]
         bound = self._sum_slack if self.budget_bound == "sum" else self._play_slack
-        for group, total in bound(cells, groups, self._played.used()[0]).items():
+        load = {} if self.budget_unit == "both" else None  # the slack in page loads, from the same posterior
+        used = self._played.used()
+        for group, total in bound(cells, groups, used[0], loads=used[1], into=load).items():
             self._slack[group] = total - pending.get(group, 0.0)
-        if self.budget_unit == "both":
+        if load is not None:
             pending_n: dict[str, float] = {}
             for k, cost in self._reserved_n.items():
                 g = self._reserved[k][0] if k in self._reserved else None
                 pending_n[g] = pending_n.get(g, 0.0) + cost
-            for group, total in self._play_slack(cells, groups, self._played.used()[1], unit="load").items():
+            for group, total in load.items():
                 self._slack_n[group] = total - pending_n.get(group, 0.0)
 
+    def _load_slack(self, gidx: np.ndarray, names: list[str], delta: np.ndarray, sd: np.ndarray,
+                    loads: np.ndarray) -> dict[str, float]:
+        """``budget_unit='both'``: each group's slack in baseline page loads, ``sum N (1 + alpha_loads - exp(UCB))``
+        over its (cell, configuration) pairs played ``N`` times, at each pair's own bound (per play)."""
+        ucb = np.maximum(delta + self.budget_z * sd, self._floor)
+        ucb[:, self._base] = 0.0
+        terms = np.where(loads > 0, loads * (1.0 + self.alpha_loads - np.exp(np.minimum(ucb, 50.0))), 0.0).sum(axis=1)
+        return dict(zip(names, np.bincount(gidx, terms, len(names)).tolist()))
+
     def _play_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray,
-                    unit: str = "time") -> dict[str, float]:
-        """``budget_bound='play'``: each group's slack as the sum of every played configuration's own bound;
-        ``unit='load'`` (``played``: page loads, not times): the slack in baseline page loads of
-        ``budget_unit='both'``, which is always repriced so."""
+                    loads: np.ndarray | None = None, into: dict | None = None) -> dict[str, float]:
+        """``budget_bound='play'``: each group's slack as the sum of every played configuration's own bound (and,
+        ``into`` not None, the slack in page loads of ``loads``, :meth:`_load_slack`)."""
         delta, sd, _, _ = self._effects_many(cells, groups)
         ucb = np.maximum(delta + self.budget_z * sd, self._floor)
         ucb[:, self._base] = 0.0
-        if unit == "load":
-            terms = np.sum(played * (1.0 + self.alpha_loads - np.exp(ucb)), axis=1)
-        else:
-            terms = np.sum(played * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
+        terms = np.sum(played * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0), axis=1)
         slack = dict.fromkeys(groups, 0.0)
         for group, term in zip(groups, terms.tolist()):
             slack[group] += term
+        if into is not None:
+            index: dict[str, int] = {}
+            gidx = np.fromiter((index.setdefault(g, len(index)) for g in groups), np.int64, len(groups))
+            into.update(self._load_slack(gidx, list(index), delta, sd, loads))
         return slack
 
-    def _sum_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray) -> dict[str, float]:
+    def _sum_slack(self, cells: Sequence[tuple], groups: Sequence[str], played: np.ndarray,
+                   loads: np.ndarray | None = None, into: dict | None = None) -> dict[str, float]:
         """``budget_bound='sum'``: each group's slack from one lower confidence bound on its sum (Kazerouni et al.,
         NeurIPS 2017, conservative linear bandits: the bound of the played actions' summed features, not the sum of
         each action's bound). The slack is ``S_g = sum_(cell, c) Y ((1 + alpha) exp(-delta) - 1)``, ``Y`` the
@@ -1823,7 +1835,8 @@ class TailorPolicy(Policy):
         (``credit='none'``: bounded faster than the baseline) counts as the baseline, as in the per-play bound;
         with ``credit='none'`` the other played configurations together never add more slack than the baseline
         would have (alpha Y). Independent cell errors average out in a sum, so a group whose exploration is
-        spread over many cells keeps more of its slack than the per-play bound leaves it."""
+        spread over many cells keeps more of its slack than the per-play bound leaves it. ``into`` not None: also
+        the slack in page loads of ``loads`` (:meth:`_load_slack`) from the same posterior, computed once."""
         index: dict[str, int] = {}
         gidx = np.fromiter((index.setdefault(g, len(index)) for g in groups), np.int64, len(groups))
         names = list(index)
@@ -1832,6 +1845,8 @@ class TailorPolicy(Policy):
         mean, sd_p = self._pooled(cells, mean_s, sd_s, srow)
         pool_var = np.maximum(sd_p ** 2 - sd_s ** 2, 0.0)
         delta, sd, _, _, shrink, scale = self._posterior(cells, (names, gidx), mean, sd_p, level, srow, detail=True)
+        if into is not None:  # budget_unit='both': the slack in page loads, per play, from the same posterior
+            into.update(self._load_slack(gidx, names, delta, sd, loads))
         z, a = self.budget_z, self.alpha
         nonbase = np.ones(played.shape[1], dtype=bool)
         nonbase[self._base] = False

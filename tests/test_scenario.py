@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailor.errors import ScenarioError
+from tailor.errors import ParameterError, ScenarioError
 from tailor.scenario import BUILTIN_SCENARIOS, generate, load_mahimahi, load_scenario, load_throughput_series, \
     save_scenario
 from tailor.scenario.families import CELLULAR_BUFFER_BDP
@@ -74,9 +74,9 @@ def test_a_population_of_ones_own_tiers_draws_every_session_from_its_traces(tmp_
     p = tmp_path / "mine.scn"
     save_scenario(sc, p)
     assert fingerprint(load_scenario(p)) == fingerprint(sc)
-    with pytest.raises(ScenarioError, match="tiers"):
+    with pytest.raises(ParameterError, match="tiers"):
         generate("mine", 10, seed=3, websites=SITES, tiers=(own[0],))  # weights must sum to 1
-    with pytest.raises(ScenarioError, match="name"):
+    with pytest.raises(ParameterError, match="name"):
         generate("cellular", 10, seed=3, websites=SITES, tiers=own)  # a built-in's name would mislabel it
 
 

@@ -59,10 +59,14 @@ def save(path: Path, data: dict) -> None:
 
 def run_one(scenario: str, oracle_name: str, seed: int) -> dict:
     oracle = select_oracle(oracle_name, "core")
-    config = SimConfig(space="core", seed=seed)
-    world = load_scenario(scenario, seed=seed, websites=sorted(oracle.websites))
+    return run_world(load_scenario(scenario, seed=seed, websites=sorted(oracle.websites)), oracle, seed)
+
+
+def run_world(world, oracle, seed: int) -> dict:
+    """One stored run: every default policy on ``world`` (space ``core``, online mode), its summary rows, its
+    off-policy rows and its metadata (also bench/tailor_unseen.py's runs)."""
     started = time.perf_counter()
-    ev = evaluate(world, oracle, list(DEFAULT_POLICIES), config)
+    ev = evaluate(world, oracle, list(DEFAULT_POLICIES), SimConfig(space="core", seed=seed))
     off = getattr(ev, "offpolicy", {}) or {}
     return {"summaries": ev.summaries,
             "offpolicy": {"logging_policy": off.get("logging_policy"), "reason": off.get("reason"),

@@ -29,17 +29,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
-from tailor_acceptance import key, load, save  # bench/ is the script's directory, first on sys.path
+from tailor_acceptance import key, load, run_world, save  # bench/ is the script's directory, first on sys.path
 
-from tailor.eval.run import DEFAULT_POLICIES, _git_commit, evaluate
 from tailor.oracle.select import select_oracle
 from tailor.scenario.facts import Condition
 from tailor.scenario.families import CELLULAR_BUFFER_BDP, DEVICES_HOME, DEVICES_MOBILE, Tier
 from tailor.scenario.generate import TRACE_DIR, generate
-from tailor.sim import SimConfig
 
 NAME = "unseen-throughput"
 SOURCE = "data/traces/unseen/README.md; RTT, loss and buffer: ASSUMPTIONS of bench/tailor_unseen.py"
@@ -70,17 +67,9 @@ def tiers() -> tuple[tuple[str, Tier], ...]:
 def run_one(oracle_name: str, seed: int, sessions: int) -> dict:
     oracle = select_oracle(oracle_name, "core")
     world = generate(NAME, sessions, seed=seed, websites=sorted(oracle.websites), tiers=tiers())
-    started = time.perf_counter()
-    ev = evaluate(world, oracle, list(DEFAULT_POLICIES), SimConfig(space="core", seed=seed))
-    off = getattr(ev, "offpolicy", {}) or {}
-    return {"summaries": ev.summaries,
-            "offpolicy": {"logging_policy": off.get("logging_policy"), "reason": off.get("reason"),
-                          "rows": [{k: r.get(k) for k in ("policy", "logging_policy", "true_ms", "dr_ms", "dr_low",
-                                                          "dr_high", "dr_rel_error", "dr_covers", "snips_rel_error",
-                                                          "snips_covers", "ess")} for r in off.get("rows", [])]},
-            "meta": {"git_commit": _git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     "oracle": oracle.name, "pageloads": world.n_loads, "sessions": sessions,
-                     "wall_s": time.perf_counter() - started, "load1": os.getloadavg()[0]}}
+    run = run_world(world, oracle, seed)
+    run["meta"]["sessions"] = sessions
+    return run
 
 
 def main() -> None:

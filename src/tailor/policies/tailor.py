@@ -1388,9 +1388,9 @@ class TailorPolicy(Policy):
             # budget: the realised term y ((1 + alpha) b/y - 1), b/y >= exp(-UCB), replaces the reservation
             self._slack[group] = self._slack.get(group, 0.0) + self._reserved.pop(_key(ctx), (group, 0.0))[1] \
                 + y * ((1.0 + self.alpha) * math.exp(-ucb) - 1.0)
-            # in baseline page loads: 1 + alpha_loads - y / b, y / b <= exp(UCB)
-            self._slack_n[group] = self._slack_n.get(group, 0.0) + self._reserved_n.pop(_key(ctx), 0.0) \
-                + 1.0 + self.alpha_loads - math.exp(ucb)
+            if self.budget_unit == "both":  # in baseline page loads: 1 + alpha_loads - y / b, y / b <= exp(UCB)
+                self._slack_n[group] = self._slack_n.get(group, 0.0) + self._reserved_n.pop(_key(ctx), 0.0) \
+                    + 1.0 + self.alpha_loads - math.exp(ucb)
             i = self._played.row(cell)  # (may grow the arrays: the row first)
             self._played.data[0, i, c] += y
             self._played.data[1, i, c] += 1.0
@@ -1501,20 +1501,23 @@ class TailorPolicy(Policy):
         # (page loads a guardrail served are not the policy's decisions: not charged)
         decided = np.fromiter((it[1].arm != SERVED for it in items), bool, m)
         term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
-        term_n = 1.0 + self.alpha_loads - np.exp(ucb)
         if self._reserved:
             term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)
-        if self._reserved_n:
-            term_n += np.fromiter((self._reserved_n.pop(_key(ctx), 0.0) for ctx in ctxs), float, m)
         slack = np.bincount(gidx, term * decided, len(names))
-        slack_n = np.bincount(gidx, term_n * decided, len(names))
+        slack_n = None
+        if self.budget_unit == "both":  # in baseline page loads: 1 + alpha_loads - y / b, y / b <= exp(UCB)
+            term_n = 1.0 + self.alpha_loads - np.exp(ucb)
+            if self._reserved_n:
+                term_n += np.fromiter((self._reserved_n.pop(_key(ctx), 0.0) for ctx in ctxs), float, m)
+            slack_n = np.bincount(gidx, term_n * decided, len(names))
         count = np.bincount(gidx, minlength=len(names))
         owned = np.bincount(gidx, decided, len(names))
         low = np.bincount(gidx, y * np.exp(-ucb) * decided, len(names))
         for j, g in enumerate(names):
             if owned[j] or g in self._times:
                 self._slack[g] = self._slack.get(g, 0.0) + float(slack[j])
-                self._slack_n[g] = self._slack_n.get(g, 0.0) + float(slack_n[j])
+                if slack_n is not None:
+                    self._slack_n[g] = self._slack_n.get(g, 0.0) + float(slack_n[j])
                 n_g, sum_g = self._times.get(g, (0, 0.0))
                 self._times[g] = (n_g + int(owned[j]), sum_g + float(low[j]))
         crow = self._played.rows(cells)

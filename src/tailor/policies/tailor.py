@@ -137,6 +137,8 @@ import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter, is_not, itemgetter
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
@@ -223,7 +225,7 @@ def gram(psi: np.ndarray, pint: np.ndarray, e: np.ndarray, count: np.ndarray,
         sel = np.flatnonzero(count[:, c])
         pw = pint[sel] * count[sel, c][:, None]
         cross[k] = psi[sel].T @ pw
-        knob[k] = pint[sel].T @ pw
+        knob[k] = cross[k] if pint is psi else pint[sel].T @ pw  # every psi entry modulating the knobs: the same
     ea = e[act]
     ee = (ea[:, :, None] * ea[:, None, :]).reshape(len(act), n_e * n_e)
     g_cross = (cross.reshape(len(act), -1).T @ ea).reshape(n_psi, n_int * n_e)  # sum_c cross_c (x) e_c^T
@@ -233,6 +235,22 @@ def gram(psi: np.ndarray, pint: np.ndarray, e: np.ndarray, count: np.ndarray,
         .transpose(0, 2, 1, 3).reshape(n_int * n_e, n_int * n_e)
     h[n_psi:] = ((pint.T @ total[:, act]) @ ea).ravel()
     return g, h
+
+
+def add_block(g: np.ndarray, cols: np.ndarray, upd: np.ndarray) -> None:
+    """``g[np.ix_(cols, cols)] += upd`` for sorted ``cols``, by slices over the runs of consecutive columns: psi's
+    blocks and the knob terms of one psi entry are contiguous, so a level cell's columns are a few runs and the
+    sum costs a few slice additions instead of a gather and a scatter of every entry (same values, same order)."""
+    cut = np.flatnonzero(np.diff(cols) != 1) + 1
+    if len(cut) > 64:  # scattered columns: the gather and scatter is cheaper than many small slices
+        g[np.ix_(cols, cols)] += upd
+        return
+    lo = [0, *cut.tolist()]
+    hi = [*cut.tolist(), len(cols)]
+    spans = [(a, b, int(cols[a]), int(cols[b - 1]) + 1) for a, b in zip(lo, hi)]
+    for a0, a1, c0, c1 in spans:
+        for b0, b1, d0, d1 in spans:
+            g[c0:c1, d0:d1] += upd[a0:a1, b0:b1]
 
 
 def cusum_run(cusum: list[float], z: np.ndarray, drift: float, h: float) -> list[int]:
@@ -294,8 +312,7 @@ class CellRows:
 
     def find(self, keys: Sequence[tuple]) -> np.ndarray:
         """Each key's row, -1 where it has none."""
-        get = self.index.get
-        return np.fromiter((get(k, -1) for k in keys), np.int64, len(keys))
+        return np.fromiter(map(self.index.get, keys, repeat(-1)), np.int64, len(keys))
 
     def rows(self, keys: Sequence[tuple]) -> np.ndarray:
         """Each key's row, new (zero) rows for the keys without one; ``keys`` distinct."""
@@ -386,6 +403,12 @@ def _audit_pooled(t: np.ndarray) -> tuple[float, float, float]:
     md, mh = t[1] / t[0], t[4] / t[3]
     v = max(t[2] / t[0] - md * md, 0.0) / t[0] + max(t[5] / t[3] - mh * mh, 0.0) / t[3]
     return float(mh - md), float(1.0 / (1.0 / t[0] + 1.0 / t[3])), float(math.sqrt(v))
+
+
+_HISTORY, _RTT, _TIME = attrgetter("history"), attrgetter("handshake_rtt_ms"), attrgetter("time_s")
+_GOODPUT, _LOSS = attrgetter("goodput_mbps"), attrgetter("loss")
+_WEBSITE, _DEVICE, _CLIENT_ID = attrgetter("website"), attrgetter("client.device"), attrgetter("client.client_id")
+_CONFIG, _ARM, _COMPLETION = attrgetter("config"), attrgetter("arm"), attrgetter("completion_ms")
 
 
 def _key(ctx: Context) -> tuple:
@@ -566,6 +589,8 @@ class TailorPolicy(Policy):
         if "_slack_n" not in state:  # before ``budget_unit``: times only (the page-load counts start at 0)
             self.budget_unit, self.alpha_loads, self._slack_n, self._reserved_n = "time", 0.05, {}, {}
             self._played.data = np.concatenate([self._played.data, np.zeros_like(self._played.data)])
+        if "_int_all" not in state:  # before 2026-12-05 (derived: whether every psi entry modulates the knobs)
+            self._int_all = np.array_equal(self._int, np.arange(self._n_psi))
         if "_stats_lag" not in state:  # before ``cell_lag``
             self.cell_lag, self._stats_lag = "off", CellRows(2, len(self.space))
         if "_cov_blocks" not in state:
@@ -606,6 +631,7 @@ class TailorPolicy(Policy):
         # psi's blocks are each one-hot or one scalar: a cell is its active entry per block (a "slot") and value
         self._block_start = np.array([blocks[b][0] for b in blocks])
         self._int_slots = np.array([k for k, b in enumerate(blocks) if b in keep])
+        self._int_all = np.array_equal(self._int, np.arange(self._n_psi))  # pint is psi (gram computes it once)
         self._int_pos = np.full(self._n_psi, -1)
         self._int_pos[self._int] = np.arange(self._n_int)
         dim = self._n_psi + self._n_int * self._n_e
@@ -706,16 +732,20 @@ class TailorPolicy(Policy):
         """:meth:`_cell` of many contexts at once: the distinct cells and each context's index into them; with
         ``parts``, also the cells' parts as arrays (:meth:`_parts`) and their integer codes."""
         m = len(ctxs)
-        hist = [c.history for c in ctxs]
-        known = np.fromiter((h is not None for h in hist), bool, m)
-        rtt = np.searchsorted(RTT_EDGES, np.maximum(np.fromiter((c.handshake_rtt_ms for c in ctxs), float, m), 0.1))
-        gp = np.where(known, np.searchsorted(GOODPUT_EDGES, np.maximum(np.fromiter(
-            (1.0 if h is None else h.goodput_mbps for h in hist), float, m), 1e-3)), -1)
-        loss = np.where(known, np.searchsorted(LOSS_EDGES, np.fromiter(
-            (0.0 if h is None else h.loss for h in hist), float, m)), -1)
-        hour = (np.fromiter((c.time_s for c in ctxs), float, m) % 86400.0 // (86400.0 / HOUR_BINS)).astype(np.int64)
-        names: dict[tuple, int] = {}
-        name = np.fromiter((names.setdefault((c.website, c.client.device), len(names)) for c in ctxs), np.int64, m)
+        # fields read by C-level maps (attrgetter), not per-context Python expressions: the batch's hot loop
+        hist = list(map(_HISTORY, ctxs))
+        known = np.fromiter(map(is_not, hist, repeat(None)), bool, m)
+        rtt = np.searchsorted(RTT_EDGES, np.maximum(np.fromiter(map(_RTT, ctxs), float, m), 0.1))
+        gp, loss = np.full(m, -1, dtype=np.int64), np.full(m, -1, dtype=np.int64)
+        if known.any():
+            have = [h for h in hist if h is not None]
+            gp[known] = np.searchsorted(GOODPUT_EDGES, np.maximum(np.fromiter(map(_GOODPUT, have), float, len(have)),
+                                                                  1e-3))
+            loss[known] = np.searchsorted(LOSS_EDGES, np.fromiter(map(_LOSS, have), float, len(have)))
+        hour = (np.fromiter(map(_TIME, ctxs), float, m) % 86400.0 // (86400.0 / HOUR_BINS)).astype(np.int64)
+        site_device = list(zip(map(_WEBSITE, ctxs), map(_DEVICE, ctxs)))
+        names = {pair: k for k, pair in enumerate(dict.fromkeys(site_device))}  # in order of first appearance
+        name = np.fromiter(map(names.__getitem__, site_device), np.int64, m)
         code = (((name * (len(RTT_EDGES) + 1) + rtt) * (len(GOODPUT_EDGES) + 2) + gp + 1)
                 * (len(LOSS_EDGES) + 2) + loss + 1) * HOUR_BINS + hour
         ucode, first, inverse = np.unique(code, return_index=True, return_inverse=True)
@@ -804,17 +834,21 @@ class TailorPolicy(Policy):
         w_int = self._mu[n_psi:].reshape(self._n_int, n_e)
         u = np.einsum("ms,mse->me", pval, w_int[pidx])  # pint @ w_int per cell
         mean = u @ self._d.T
+        # Q's (a, b) pairs as rows (one index per gathered entry: np.take, not a fancy index per axis)
+        q2 = self._Q.reshape(self._n_int * self._n_int, -1)
         if at is not None:
             var = np.zeros_like(mean)
             k, c = at
             p, q = pval[k], pidx[k]
-            var[k, c] = np.einsum("ks,kt,kst->k", p, p, self._Q[q[:, :, None], q[:, None, :], c[:, None, None]])
+            flat = (q[:, :, None] * self._n_int + q[:, None, :]) * q2.shape[1] + c[:, None, None]
+            var[k, c] = np.einsum("ks,kt,kst->k", p, p, q2.reshape(-1).take(flat))
             level = psi @ self._mu[:n_psi] + u @ self._e[self._base]
             return psi, mean, np.sqrt(np.maximum(var, 0.0)), level
         var = np.empty_like(mean)
         for lo in range(0, len(cells), 2048):  # the gathered covariance blocks: 2048 x slots^2 x configurations
             p, q = pval[lo:lo + 2048], pidx[lo:lo + 2048]
-            var[lo:lo + 2048] = np.einsum("ms,mt,mstc->mc", p, p, self._Q[q[:, :, None], q[:, None, :]], optimize=True)
+            var[lo:lo + 2048] = np.einsum("ms,mt,mstc->mc", p, p, q2.take(q[:, :, None] * self._n_int + q[:, None, :],
+                                                                          axis=0), optimize=True)
         level = psi @ self._mu[:n_psi] + u @ self._e[self._base]
         return psi, mean, np.sqrt(np.maximum(var, 0.0)), level
 
@@ -837,14 +871,15 @@ class TailorPolicy(Policy):
     def _effects_many(self, cells: Sequence[tuple], groups: Sequence[str] | tuple[list[str], np.ndarray],
                       at: tuple[np.ndarray, np.ndarray] | None = None, parts: tuple | None = None,
                       srow: np.ndarray | None = None) -> tuple:
-        """:meth:`_posterior` of many cells (cells x configurations, and per cell); ``at``: sd only at those
-        (cell, configuration) pairs (:meth:`_predict_many`); ``parts``, ``srow`` (the cells' rows of the cell
+        """:meth:`_posterior` of many cells (cells x configurations, and per cell); ``at``: only at those (cell,
+        configuration) pairs (the effects' means and sds as vectors over the pairs; a cell's level from all its
+        configurations, :meth:`_predict_many`, :meth:`_joint_cell`); ``parts``, ``srow`` (the cells' rows of the cell
         statistics): when at hand."""
         _, mean, sd, level = self._predict_many(cells, at, parts)
         if srow is None:
             srow = self._stats.find([cell[:5] for cell in cells])
         mean, sd = self._pooled(cells, mean, sd, srow)
-        return self._posterior(cells, groups, mean, sd, level, srow)
+        return self._posterior(cells, groups, mean, sd, level, srow, at=at)
 
     def _own(self) -> CellRows:
         """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
@@ -920,14 +955,15 @@ class TailorPolicy(Policy):
 
     def _posterior(self, cells: Sequence[tuple], groups: Sequence[str] | tuple[list[str], np.ndarray], mean: np.ndarray,
                    sd: np.ndarray, level: np.ndarray, srow: np.ndarray | None = None, detail: bool = False,
-                   own: CellRows | None = None) -> tuple:
+                   own: CellRows | None = None, at: tuple[np.ndarray, np.ndarray] | None = None) -> tuple:
         """Posterior mean and sd of delta(x, c) for every configuration in each cell, the cell's log baseline level
         and that level's posterior variance: the shared model is the prior of the cell's own page loads
         (normal-normal, prior variance = the model's parameter variance + its misfit tau^2), so a cell with no
         data is the shared model and a cell with many page loads is its own data. ``detail``: also the weight of
         the prior in the posterior mean, var / v0 (cells x configurations), and the sd's scale (the alarm's
         widening times kappa, cells x 1), which the budget's bound on a sum needs (:meth:`_sum_slack`). ``own``: the
-        cells' own statistics to read (default :meth:`_own`)."""
+        cells' own statistics to read (default :meth:`_own`). ``at`` = (cell positions, configurations): the effects'
+        means and sds only at those pairs, as vectors (the levels as always; not with ``detail``)."""
         n = np.zeros(mean.shape)
         total = np.zeros(mean.shape)
         own = self._own() if own is None else own
@@ -954,21 +990,28 @@ class TailorPolicy(Policy):
                 prec = 1.0 / v0 + w / s2
                 mean, v0 = (mean / v0 + wd / s2) / prec, 1.0 / prec
         if getattr(self, "cell_level", "joint") == "joint":
-            base, base_var, delta, var, prior_weight = self._joint_cell(n, total, mean, v0, level, s2)
+            base, base_var, delta, var, prior_weight = self._joint_cell(n, total, mean, v0, level, s2,
+                                                                        None if detail else at)
         else:  # the level estimated with the shared effects taken as known, then the effects given that level
             base, base_var = self._own_level(n, total, mean, level, s2)
             var = 1.0 / (1.0 / v0 + n / s2)
             delta = var * (mean / v0 + (total - n * base) / s2)
             prior_weight = var / v0
-        delta[:, default], var[:, default] = 0.0, 0.0
         since = np.array([self._since_alarm.get(g, self.reopen) for g in names], dtype=float)
         widen = np.maximum(2.0 - since / self.reopen, 1.0)[gidx][:, None]
+        if at is not None and not detail:  # vectors over the pairs (the same arithmetic, element by element)
+            k, c = at
+            if delta.ndim == 2:
+                delta, var = delta[k, c], var[k, c]
+            delta, var = np.where(c == default, 0.0, delta), np.where(c == default, 0.0, var)
+            return delta, np.sqrt(var) * widen[k, 0] * self._kappa, base[:, 0], base_var[:, 0]
+        delta[:, default], var[:, default] = 0.0, 0.0
         if detail:
             return delta, np.sqrt(var) * widen * self._kappa, base[:, 0], base_var[:, 0], prior_weight, widen * self._kappa
         return delta, np.sqrt(var) * widen * self._kappa, base[:, 0], base_var[:, 0]
 
     def _joint_cell(self, n: np.ndarray, total: np.ndarray, mean: np.ndarray, v0: np.ndarray, level: np.ndarray,
-                    s2: np.ndarray) -> tuple:
+                    s2: np.ndarray, at: tuple[np.ndarray, np.ndarray] | None = None) -> tuple:
         """The joint posterior of a cell's level L and its configurations' effects (``cell_level='joint'``).
 
         Priors: ``L ~ N(level, level_var)`` (the level model), ``delta_c ~ N(mean_c, v0_c)`` (the shared model and
@@ -982,7 +1025,7 @@ class TailorPolicy(Policy):
         known, the effect then given that level, ``cell_level='known'``) confirmed the shared prediction with every
         page load and shrank its sd as if the page loads measured the effect. Returns the level's posterior mean and
         variance (cells x 1), the effects' means and variances and the weight of the prior mean in the effect
-        (cells x configurations)."""
+        (cells x configurations; with ``at`` = (cell positions, configurations), vectors over those pairs)."""
         default, lv = self._base, self._level_var
         other = n > 0
         other[:, default] = False
@@ -992,6 +1035,13 @@ class TailorPolicy(Policy):
         prec_l = 1.0 / lv + n[:, [default]] / s2 + w.sum(axis=1, keepdims=True)
         base_var = 1.0 / prec_l
         base = base_var * (level[:, None] / lv + total[:, [default]] / s2 + (w * r).sum(axis=1, keepdims=True))
+        if at is not None:  # the effects only where asked (a batch's played pairs): the cells' levels need them all
+            k, c = at
+            n, total, mean, v0, s2 = n[k, c], total[k, c], mean[k, c], v0[k, c], s2[k, 0]
+            cond = 1.0 / (1.0 / v0 + n / s2)
+            b = cond * n / s2
+            delta = cond * (mean / v0 + (total - n * base[k, 0]) / s2)
+            return base, base_var, delta, cond + b * b * base_var[k, 0], cond / v0
         cond = 1.0 / (1.0 / v0 + n / s2)
         b = cond * n / s2
         delta = cond * (mean / v0 + (total - n * base) / s2)
@@ -1478,10 +1528,10 @@ class TailorPolicy(Policy):
         sequential updates; the change test runs page load by page load (:func:`cusum_run`). Python work is per
         distinct cell, level cell, group and client; per page load only the fields are read."""
         m, n_cfg = len(items), len(self.space)
-        ctxs = [it[0] for it in items]
+        ctxs, decs = list(map(itemgetter(0), items)), list(map(itemgetter(1), items))
         cells, inv, parts, code = self._cells_of(ctxs, parts=True)
-        cfg = np.fromiter((it[1].config for it in items), np.int64, m)
-        y = np.maximum(np.fromiter((it[2].completion_ms for it in items), float, m), 1e-3)
+        cfg = np.fromiter(map(_CONFIG, decs), np.int64, m)
+        y = np.maximum(np.fromiter(map(_COMPLETION, map(itemgetter(2), items)), float, m), 1e-3)
         # client groups (RTT bin x goodput bin) and level cells (the cell without its hour), by their codes
         gcode = parts[2] * (len(GOODPUT_EDGES) + 2) + parts[3] + 1
         _, gfirst, g_cell = np.unique(gcode, return_index=True, return_inverse=True)
@@ -1494,12 +1544,15 @@ class TailorPolicy(Policy):
         pairs = np.unique(pair)
         mean, sd, level, level_var = self._effects_many(cells, (names, g_cell), (pairs // n_cfg, pairs % n_cfg),
                                                         parts, lrow[l_cell])
-        mean, sd, level, level_var = mean[inv, cfg], sd[inv, cfg], level[inv], level_var[inv]
+        at_pair = np.empty(len(cells) * n_cfg, dtype=np.int64)  # each page load's (cell, configuration) pair
+        at_pair[pairs] = np.arange(len(pairs))
+        at_pair = at_pair[pair]
+        mean, sd, level, level_var = mean[at_pair], sd[at_pair], level[inv], level_var[inv]
         base = cfg == self._base
         ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
         # budget: the realised terms replace the reservations; the groups' baseline-time estimates
         # (page loads a guardrail served are not the policy's decisions: not charged)
-        decided = np.fromiter((it[1].arm != SERVED for it in items), bool, m)
+        decided = np.fromiter(map(SERVED.__ne__, map(_ARM, decs)), bool, m)
         term = y * ((1.0 + self.alpha) * np.exp(-ucb) - 1.0)
         if self._reserved:
             term += np.fromiter((self._reserved.pop(_key(ctx), (None, 0.0))[1] for ctx in ctxs), float, m)
@@ -1525,7 +1578,7 @@ class TailorPolicy(Policy):
         self._played.data[1, crow] += np.bincount(pair, decided, len(cells) * n_cfg).reshape(len(cells), n_cfg)
         # clients' offsets (from before the batch), then their residuals
         raw = np.log(y)
-        ids = [ctx.client.client_id for ctx in ctxs]
+        ids = list(map(_CLIENT_ID, ctxs))
         logy = raw.copy()
         if self._client_var > 0.0:
             shrink = self._sigma2 / self._client_var
@@ -1545,11 +1598,11 @@ class TailorPolicy(Policy):
         z = np.where(live, err / np.sqrt(s2 + level_var + sd ** 2), 0.0)
         check = self.greedy_check != "off" and live.any()
         if check or self.audit:  # the policy's own departures, for greedy_check's and the audit's sums below
-            dep = np.fromiter((self._departure(it[1]) for it in items), bool, m) & live & decided
+            dep = np.fromiter(map(self._departure, decs), bool, m) & live & decided
         if check:  # greedy_check's sums: with the baseline page loads, per group below
             bas = base & live & decided
         if self.audit:  # the audit's: with the page loads held out from departures
-            held = np.fromiter((self._held(it[1]) for it in items), bool, m) & live & decided
+            held = np.fromiter(map(self._held, decs), bool, m) & live & decided
             a_x = logy - level
         off = ~base & live  # the fitted model's errors, once the cell's level is known
         v_eff = (sd[off] / self._kappa) ** 2
@@ -1717,7 +1770,7 @@ class TailorPolicy(Policy):
         for cell, n in zip(cells, count.sum(axis=1).tolist()):
             self._recent[cell[:5]] = self._recent.get(cell[:5], 0.0) + n
         psi = self._psi_rows(cells)
-        pint = psi[:, self._int]
+        pint = psi if self._int_all else psi[:, self._int]
         g_inc, h_inc = gram(psi, pint, self._e, count, total)
         self._G += g_inc
         self._h += h_inc
@@ -1761,7 +1814,7 @@ class TailorPolicy(Policy):
         self._tt += float(np.sum(t_tot ** 2 / n_tot))
         cols = np.flatnonzero(np.any(x != 0.0, axis=0))
         xs = x[:, cols]
-        self._G[np.ix_(cols, cols)] += xs.T @ (xs * w[:, None])
+        add_block(self._G, cols, xs.T @ (xs * w[:, None]))
         self._level_keys += len(levels) - len(had)
         for i, lc in enumerate(levels):
             self._level[lc] = (s_tot[i].copy(), float(n_tot[i]), float(t_tot[i]))
@@ -1873,13 +1926,18 @@ class TailorPolicy(Policy):
             agg = np.zeros((groups_n, self._n_int, self._n_e))
             ok = pidx >= 0
             rows, slots = np.nonzero(ok)
-            np.add.at(agg, (gidx[rows], pidx[rows, slots]), pval[rows, slots, None] * direction[rows])
+            at = gidx[rows] * self._n_int + pidx[rows, slots]
+            vals = pval[rows, slots, None] * direction[rows]
+            for k in range(self._n_e):  # np.add.at by columns (bincount adds in the same order, much faster)
+                agg[:, :, k] += np.bincount(at, vals[:, k], groups_n * self._n_int).reshape(groups_n, self._n_int)
             flat = agg.reshape(groups_n, -1)
             cov = self._cov_blocks.transpose(0, 2, 1, 3).reshape(flat.shape[1], flat.shape[1])
             var += np.einsum("gi,gi->g", flat @ cov, flat)
             # the pools: fully correlated within a group per configuration (an upper bound)
             pooled = np.zeros((groups_n, played.shape[1]))
-            np.add.at(pooled, gidx, coef * np.sqrt(pool_var))
+            pv = coef * np.sqrt(pool_var)
+            for c in range(played.shape[1]):
+                pooled[:, c] += np.bincount(gidx, pv[:, c], groups_n)
             var += np.sum(pooled ** 2, axis=1)
             # each cell's own part: what its posterior variance holds beyond the shared and pooled parts
             own = np.maximum(sd ** 2 - (shrink * scale) ** 2 * (sd_s ** 2 + pool_var), 0.0)

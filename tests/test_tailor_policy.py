@@ -356,6 +356,45 @@ def test_cell_predictions_are_the_posterior_of_the_shared_model():
         np.testing.assert_allclose(sd[k], np.sqrt(np.einsum("ci,ij,cj->c", x, cov, x)), rtol=1e-5, atol=1e-9)
 
 
+def test_add_block_is_the_fancy_indexed_sum_bit_for_bit():
+    """add_block (the Gram's level corrections by runs of consecutive columns) adds exactly what
+    ``g[np.ix_(cols, cols)] += upd`` adds: with a few runs and with more runs than it takes as slices."""
+    from tailor.policies.tailor import add_block
+
+    rng = np.random.default_rng(3)
+    for cols in (np.r_[0, 2:7, 9, 30:58, 59], np.sort(rng.choice(400, 150, replace=False)), np.arange(5, 9)):
+        g = rng.normal(size=(400, 400))
+        upd = rng.normal(size=(len(cols), len(cols)))
+        want = g.copy()
+        want[np.ix_(cols, cols)] += upd
+        add_block(g, cols, upd)
+        assert np.array_equal(g, want)
+
+
+def test_batch_posterior_at_played_pairs_is_the_full_posterior_there():
+    """_effects_many with ``at`` (a batch's played (cell, configuration) pairs) returns, bit for bit, the full
+    posterior's effect means and sds at those pairs and the same cell levels, where the cells have page loads of
+    several configurations (the levels read every configuration the level cell played)."""
+    pol, space = _policy()
+    rng = np.random.default_rng(12)
+    pol.observe_batch(_world_items(pol, space, rng, 3000))
+    pol.plan(3000.0, compile=False)
+    cells = [lc + (int(rng.integers(4)),) for lc in list(pol._stats)[:40]]
+    groups = [pol._group(c) for c in cells]
+    k = np.repeat(np.arange(len(cells)), 3)
+    c = np.concatenate([[pol.baseline_index], rng.integers(len(space), size=len(k) - 1)])
+    pairs = np.unique(k * len(space) + c)
+    k, c = pairs // len(space), pairs % len(space)
+    assert (pol._stats.used()[0][pol._stats.find([x[:5] for x in cells])] > 0).sum(axis=1).min() >= 2
+    d_at, sd_at, level_at, lv_at = pol._effects_many(cells, groups, (k, c))
+    _, mean_s, sd_s, level = pol._predict_many(cells, (k, c))
+    mean_p, sd_p = pol._pooled(cells, mean_s, sd_s)
+    d, sd, base, base_var = pol._posterior(cells, groups, mean_p, sd_p, level)
+    assert np.array_equal(d_at, d[k, c]) and np.array_equal(sd_at, sd[k, c])
+    assert np.array_equal(level_at, base) and np.array_equal(lv_at, base_var)
+    assert (d_at[c == pol.baseline_index] == 0.0).all() and (sd_at[c != pol.baseline_index] > 0.0).all()
+
+
 def test_a_cell_learns_an_effect_only_from_contrasts():
     """The joint posterior of a cell's level and effects (``cell_level='joint'``): a cell that played one configuration
     400 times and never the baseline cannot tell its level from that configuration's effect, so the effect keeps

@@ -589,8 +589,6 @@ class TailorPolicy(Policy):
         if "_slack_n" not in state:  # before ``budget_unit``: times only (the page-load counts start at 0)
             self.budget_unit, self.alpha_loads, self._slack_n, self._reserved_n = "time", 0.05, {}, {}
             self._played.data = np.concatenate([self._played.data, np.zeros_like(self._played.data)])
-        if "_int_all" not in state:  # before 2026-12-05 (derived: whether every psi entry modulates the knobs)
-            self._int_all = np.array_equal(self._int, np.arange(self._n_psi))
         if "_stats_lag" not in state:  # before ``cell_lag``
             self.cell_lag, self._stats_lag = "off", CellRows(2, len(self.space))
         if "_cov_blocks" not in state:
@@ -631,7 +629,6 @@ class TailorPolicy(Policy):
         # psi's blocks are each one-hot or one scalar: a cell is its active entry per block (a "slot") and value
         self._block_start = np.array([blocks[b][0] for b in blocks])
         self._int_slots = np.array([k for k, b in enumerate(blocks) if b in keep])
-        self._int_all = np.array_equal(self._int, np.arange(self._n_psi))  # pint is psi (gram computes it once)
         self._int_pos = np.full(self._n_psi, -1)
         self._int_pos[self._int] = np.arange(self._n_int)
         dim = self._n_psi + self._n_int * self._n_e
@@ -1770,7 +1767,7 @@ class TailorPolicy(Policy):
         for cell, n in zip(cells, count.sum(axis=1).tolist()):
             self._recent[cell[:5]] = self._recent.get(cell[:5], 0.0) + n
         psi = self._psi_rows(cells)
-        pint = psi if self._int_all else psi[:, self._int]
+        pint = psi if self._n_int == self._n_psi else psi[:, self._int]  # every block modulates: pint is psi
         g_inc, h_inc = gram(psi, pint, self._e, count, total)
         self._G += g_inc
         self._h += h_inc

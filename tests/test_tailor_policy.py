@@ -1100,6 +1100,31 @@ def test_probe_margin_keeps_probes_expected_slower_than_the_default_out():
         assert not ok[other]  # 3% above with sd 0.1 is plausibly more than 5% slower, at either margin
 
 
+def test_probe_sd_leaves_out_probes_far_less_known_than_the_recent_ones():
+    """``probe_sd`` = r: once ``PROBE_SD_WINDOW`` probes have been played, a configuration whose sd is above r times
+    their median sd is no longer a probe; before that (the cold start, every sd at the prior's) there is no bound."""
+    from tailor.policies.tailor import PROBE_SD_WINDOW
+    pol, space = _policy(probe_sd=1.5, probe="optimistic")
+    base = pol.baseline_index
+    wide, narrow = [i for i in range(len(space)) if i != base][:2]
+    mean, sd = np.full(len(space), 0.5), np.full(len(space), 0.05)  # the rest: not plausible
+    mean[base] = sd[base] = 0.0
+    mean[wide], sd[wide] = 0.0, 0.3  # LCB -0.3: the most optimistic
+    mean[narrow], sd[narrow] = -0.02, 0.1  # LCB -0.12
+    ucb, _, near = pol._bounds(mean, sd)
+    near[:] = True
+    assert pol._probe_of(mean, sd, ucb, base, near, base) == wide  # no bound yet
+    for _ in range(PROBE_SD_WINDOW - 1):
+        pol._probe_played(0.1)
+    assert pol._probe_of(mean, sd, ucb, base, near, base) == wide  # the window is not full yet
+    pol._probe_played(0.1)
+    assert pol._probe_of(mean, sd, ucb, base, near, base) == narrow  # 0.3 > 1.5 x 0.1
+    off, _ = _policy(probe="optimistic")
+    for _ in range(PROBE_SD_WINDOW):
+        off._probe_played(0.1)
+    assert off._probe_of(mean, sd, ucb, base, near, base) == wide  # 'off': never a bound
+
+
 def test_greedy_z_discounts_a_low_mean_that_rests_on_a_wide_posterior():
     """The greedy choice is the lowest ``mean + greedy_z * sd`` among the configurations the guard allows: at 0 the
     lowest mean (however uncertain), at 1 a slightly higher mean known well wins; the guard's exclusions hold."""

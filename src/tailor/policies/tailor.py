@@ -135,7 +135,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter, is_not, itemgetter
@@ -154,6 +154,7 @@ LOSS_EDGES = (0.001, 0.005, 0.02, 0.05)
 HOUR_BINS = 4
 DEGRADED = math.log(1.05)  # a page load more than 5% slower than the default's is "degraded" (tailor evaluate)
 SERVED = "served"  # the arm of a page load a guardrail served instead of the policy's choice: learned, not charged
+PROBE_SD_WINDOW = 200  # probe_sd: the probes whose median sd sets the bound
 POOL = ("none", "website", "website-rtt")  # the middle level of a cell's prior (_fit_pool)
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
 SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - ln 300 KB) / 2, 0 if unknown
@@ -509,6 +510,11 @@ class TailorPolicy(Policy):
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
+        "probe_sd": ("off", lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 10),
+                     "'off' or r in (0, 10] (a configuration is probed only where its posterior sd is at most r times "
+                     "the median sd of the last PROBE_SD_WINDOW probes played: once the model has learned its common "
+                     "contexts, the long shots of the optimistic bound, where it knows a configuration far less than "
+                     "usual, are left out; no bound before that many probes)"),
         "probe_value": ("any", lambda v: v in ("any", "kg", "kg_cell"),
                         "'any' (a plausible probe is played whenever the budget pays for it), 'kg' (only when its "
                         "knowledge gradient, the expected gain in the best posterior mean from one more page load "
@@ -576,7 +582,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "probe_sd": "off", "_probe_cap": math.inf, "_probe_sds": deque(maxlen=PROBE_SD_WINDOW), "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -668,6 +674,9 @@ class TailorPolicy(Policy):
         self._sigma2 = 0.1
         self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log baseline level)
         self._probes: dict[tuple, int] = {}
+        # probe_sd: the sds of the last probes played and the bound they set on a probe's sd (none until the window fills)
+        self._probe_sds: deque[float] = deque(maxlen=PROBE_SD_WINDOW)
+        self._probe_cap = math.inf
         self._seen: dict[str, list[int]] = {}
         # per client group: slack, CUSUM, residual means per config, widening after an alarm
         self._slack: dict[str, float] = {}
@@ -1091,6 +1100,7 @@ class TailorPolicy(Policy):
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
                     self._probes[(cell, opt)] = self._probes.get((cell, opt), 0) + 1
                     seen[1] += 1
+                    self._probe_played(float(sd[opt]))
                     return Decision(opt, 1.0, gid, "explore")
         if self.exploit == "greedy":  # Wu et al.: the expected-best configuration whenever the budget can pay for it
             exploit = self._exploit_of(cell, mean, sd, ok, best)
@@ -1341,6 +1351,13 @@ class TailorPolicy(Policy):
         ok[d] = near[d] = True
         return ucb, ok, near
 
+    def _probe_played(self, sd: float) -> None:
+        """``probe_sd``: note a played probe's sd; once the window is full, r times its median bounds a probe's sd."""
+        if self.probe_sd != "off":
+            self._probe_sds.append(sd)
+            if len(self._probe_sds) == PROBE_SD_WINDOW:
+                self._probe_cap = float(self.probe_sd) * float(np.median(self._probe_sds))
+
     def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int, near: np.ndarray,
                   best: int) -> int | None:
         """The probe of a cell, if any: among the configurations the default guard allows as probes (``near``,
@@ -1348,6 +1365,8 @@ class TailorPolicy(Policy):
         ``probe`` (module docstring); ties (e.g. every one-knob change under the prior) at random."""
         optimistic = mean - self.explore_beta * sd
         plausible = (optimistic < ucb[safe] - self.min_gain) & near
+        if self._probe_cap < math.inf:
+            plausible &= sd <= self._probe_cap
         plausible[safe] = False
         if not plausible.any():
             return None

@@ -92,7 +92,10 @@ loads. Per connection:
   knobs from the baseline and one from a configuration the model already rates best is reachable; with
   ``probe_center='default'`` the registry default first wherever it is plausible, with ``'suspect'`` only where the
   posterior expects the baseline more than 5% slower than the default), the lowest LCB anywhere
-  (``'optimistic'``) or the lowest UCB (``'cheap'``, growing the known-safe set);
+  (``'optimistic'``) or the lowest UCB (``'cheap'``, growing the known-safe set); with ``probe_sd`` = r (1.5 since
+  2026-12-05) only a configuration whose sd is at most r times the median sd of the last 200 probes chosen (no bound
+  before 200): the optimistic bound's long shots, where the model knows a configuration far less than it now knows
+  most, were the degraded probes on held-out measured worlds;
 * otherwise, with ``exploit='greedy'``, the configuration with the lowest mean when it beats ``safe`` by
   ``min_gain``;
 * a non-safe choice is played only when the slack pays its pessimistic cost
@@ -128,7 +131,8 @@ Hyper-parameters (defaults) were chosen on seeds 100-102 of the built-in scenari
 ``beta`` in {1, 1.5, 2}, ``explore_share`` in {0.05, 0.1, 0.2}, ``exploit`` in {safe, greedy}, ``probe`` in
 {cheap, optimistic, local}, ``prior_sd`` in {0.15, 0.2, 0.3}; ``credit``, ``budget_bound`` and ``guard`` together on
 seeds 100-103 of the five scenarios on both oracles; ``probe_center`` on seeds 127-132 (three trials, docs/tailor.md);
-``budget_unit`` and ``alpha_loads`` on seeds 177-178 (``alpha_loads`` 0.05 chosen among 0.01, 0.05, 0.1 on seed 100).
+``budget_unit`` and ``alpha_loads`` on seeds 177-178 (``alpha_loads`` 0.05 chosen among 0.01, 0.05, 0.1 on seed 100);
+``probe_sd`` on seeds 181-182 (1.5 from sanity runs on seed 180).
 """
 
 from __future__ import annotations
@@ -510,11 +514,12 @@ class TailorPolicy(Policy):
         "probe_margin": (0.05, _FLOAT(0.0, 0.05),
                          "in [0, 0.05] (a probe's expected time may lie at most this share above the registry "
                          "default's; 0.05, the degraded threshold, is the default)"),
-        "probe_sd": ("off", lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 10),
+        "probe_sd": (1.5, lambda v: v == "off" or (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 10),
                      "'off' or r in (0, 10] (a configuration is probed only where its posterior sd is at most r times "
-                     "the median sd of the last PROBE_SD_WINDOW probes played: once the model has learned its common "
-                     "contexts, the long shots of the optimistic bound, where it knows a configuration far less than "
-                     "usual, are left out; no bound before that many probes)"),
+                     "the median sd of the last PROBE_SD_WINDOW probes chosen -- played online, placed in a table: once "
+                     "the model has learned its common contexts, the long shots of the optimistic bound, where it knows "
+                     "a configuration far less than usual, are left out; no bound before that many probes; 1.5, the "
+                     "default since 2026-12-05)"),
         "probe_value": ("any", lambda v: v in ("any", "kg", "kg_cell"),
                         "'any' (a plausible probe is played whenever the budget pays for it), 'kg' (only when its "
                         "knowledge gradient, the expected gain in the best posterior mean from one more page load "
@@ -2130,14 +2135,18 @@ class TailorPolicy(Policy):
                 cells_of.setdefault(gid, set()).add(cell[:5])
                 placed.append((prefix, site, device, gid))
         left: dict[str, list[float]] = {}  # per client group: mean and variance of the costs promised to this table (ms, page loads)
+        placed_sd: list[float] = []  # the sds of the probes placed in this table (probe_sd's window, after the table)
         for gid, cell in of_gid.items():
             loads = sum(self._recent.get(c, 0.0) for c in cells_of[gid])
-            groups[gid] = self._table_choice(cell, self._group(cell), left, loads)
+            groups[gid] = self._table_choice(cell, self._group(cell), left, loads, placed_sd)
+        for sd in placed_sd:
+            self._probe_played(sd)
         rules += [{"prefix": prefix, "sni": site, "device": device, "group": gid} for prefix, site, device, gid in placed
                   if groups[gid] != {self._base: 1.0}]
         return groups, rules
 
-    def _table_choice(self, cell: tuple, group: str, left: dict[str, list[float]], loads: float) -> dict[int, float]:
+    def _table_choice(self, cell: tuple, group: str, left: dict[str, list[float]], loads: float,
+                      placed_sd: list[float] | None = None) -> dict[int, float]:
         """A table group's choices: as :meth:`_select` decides, with probabilities: the greedy choice when it beats
         the safe one by ``min_gain`` (``exploit='greedy'``), else the safe one, and the cell's probe
         (:meth:`_probe_of`) with probability ``explore_share``, each non-safe choice only when the group's slack pays
@@ -2146,7 +2155,7 @@ class TailorPolicy(Policy):
         cost (:meth:`_cost`); the group's promised costs, their mean plus three standard deviations, must stay within
         its slack (``left``: per group, the mean and variance promised so far). No probe before the group has 10
         page loads or for a table group without page loads in the last period (``loads``: those of every cell the
-        table group covers)."""
+        table group covers). ``placed_sd``: the sd of a probe placed in the table is appended there."""
         mean, sd, level, level_var = self._effects(cell, group)
         mean, charge = self._charged(mean, group)
         ucb, ok, near = self._bounds(mean, sd)
@@ -2189,9 +2198,13 @@ class TailorPolicy(Policy):
                     return out
                 out = {c: (1.0 - share) * p for c, p in out.items()}
                 out[probe] = out.get(probe, 0.0) + share
+                if placed_sd is not None:
+                    placed_sd.append(float(sd[probe]))
                 return out
         if probe is None or not pay(share, probe):
             return {main: 1.0}
+        if placed_sd is not None:
+            placed_sd.append(float(sd[probe]))
         return {main: 1.0 - share, probe: share}
 
     def table_groups(self):

@@ -1119,7 +1119,7 @@ def test_probe_sd_leaves_out_probes_far_less_known_than_the_recent_ones():
     assert pol._probe_of(mean, sd, ucb, base, near, base) == wide  # the window is not full yet
     pol._probe_played(0.1)
     assert pol._probe_of(mean, sd, ucb, base, near, base) == narrow  # 0.3 > 1.5 x 0.1
-    off, _ = _policy(probe="optimistic")
+    off, _ = _policy(probe="optimistic", probe_sd="off")
     for _ in range(PROBE_SD_WINDOW):
         off._probe_played(0.1)
     assert off._probe_of(mean, sd, ucb, base, near, base) == wide  # 'off': never a bound

@@ -2146,7 +2146,7 @@ class TailorPolicy(Policy):
         return groups, rules
 
     def _table_choice(self, cell: tuple, group: str, left: dict[str, list[float]], loads: float,
-                      placed_sd: list[float] | None = None) -> dict[int, float]:
+                      placed_sd: list[float]) -> dict[int, float]:
         """A table group's choices: as :meth:`_select` decides, with probabilities: the greedy choice when it beats
         the safe one by ``min_gain`` (``exploit='greedy'``), else the safe one, and the cell's probe
         (:meth:`_probe_of`) with probability ``explore_share``, each non-safe choice only when the group's slack pays
@@ -2198,13 +2198,11 @@ class TailorPolicy(Policy):
                     return out
                 out = {c: (1.0 - share) * p for c, p in out.items()}
                 out[probe] = out.get(probe, 0.0) + share
-                if placed_sd is not None:
-                    placed_sd.append(float(sd[probe]))
+                placed_sd.append(float(sd[probe]))
                 return out
         if probe is None or not pay(share, probe):
             return {main: 1.0}
-        if placed_sd is not None:
-            placed_sd.append(float(sd[probe]))
+        placed_sd.append(float(sd[probe]))
         return {main: 1.0 - share, probe: share}
 
     def table_groups(self):

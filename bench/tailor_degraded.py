@@ -10,7 +10,8 @@ slower than the registry default on the same page load (:data:`tailor.eval.metri
 * `tailor`'s degraded share by arm, and the baseline's own (``cdn-static``: its noise-free time more than 5% above
   the default's, which with the simulator's common noise draw is the evaluation's degraded page load): what
   `tailor` inherits wherever it stays on the baseline;
-* the baseline's degraded page loads by the true network condition (bandwidth x loss) and by client /24;
+* the baseline's degraded page loads by the true network condition (bandwidth x loss) and by client /24, with what
+  each /24's page loads would give at the other /24s' rate in the same true bandwidth, RTT, loss and website;
 * with the measured oracle: the page loads whose true condition lies beyond the measured conditions of the workload
   the oracle takes its ratios from (slower, faster or lossier than any measured one), and their share of `tailor`'s
   and the baseline's degraded page loads: there the oracle extrapolates;
@@ -130,7 +131,7 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
     clients = [world.sessions[s].client for s in world.session]
     prefix = np.array([c.prefix for c in clients])
     access = np.array([c.access for c in clients])
-    bw, _, loss, _ = oracle.grid.values(world.cell)
+    bw, rtt, loss, _ = oracle.grid.values(world.cell)
     arm = np.array([a for a, _, _ in log])
     post_mean = np.array([m for _, m, _ in log])  # page loads x configurations
     post_sd = np.array([v for _, _, v in log])
@@ -153,13 +154,37 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
     rows = [(f"{b:g}", f"{lo:g}", v[0], v[1], f"{100 * v[1] / v[0]:.0f}%")
             for (b, lo), v in sorted(cond.items(), key=lambda kv: -kv[1][1])[:top] if v[1]]
     table(rows, "\n| bandwidth Mbit/s | loss | page loads | baseline degraded | share |")
+    # what a /24's page loads would give at the rate of the other /24s' page loads of the same true bandwidth, RTT, loss
+    # and website (leave the /24 out; page loads with no such peer are counted apart). The truth is a function of the
+    # condition cell and the website, so what is left is the cell's last axis, the bottleneck buffer.
+    keys = list(zip(bw.tolist(), rtt.tolist(), loss.tolist(), world.site.tolist()))
+    rate: dict[tuple, list[int]] = {}
+    for key, d in zip(keys, base_deg):
+        v = rate.setdefault(key, [0, 0])
+        v[0] += 1
+        v[1] += int(d)
     rows = []
     for p in sorted(set(prefix[base_deg]), key=lambda p: (-int((base_deg & (prefix == p)).sum()), p))[:top]:
         on = prefix == p
+        own: dict[tuple, list[int]] = {}
+        for i in np.flatnonzero(on):
+            v = own.setdefault(keys[i], [0, 0])
+            v[0] += 1
+            v[1] += int(base_deg[i])
+        expect, seen, alone = 0.0, 0, 0
+        for key, (n_own, d_own) in own.items():
+            n_rest, d_rest = rate[key][0] - n_own, rate[key][1] - d_own
+            if n_rest:
+                expect += n_own * d_rest / n_rest
+                seen += d_own
+            else:
+                alone += n_own
         rows.append((p, access[on][0], int(on.sum()), len(set(world.site[on].tolist())), int((base_deg & on).sum()),
-                     int((deg & on).sum()), int((on & (arm == "default")).sum())))
+                     f"{seen} / {expect:.1f} ({alone} alone)", int((deg & on).sum()),
+                     int((on & (arm == "default")).sum())))
     share = sum(r[4] for r in rows) / max(int(base_deg.sum()), 1)
-    table(rows, "\n| /24 | access | page loads | websites | baseline degraded | tailor degraded | on the baseline |")
+    table(rows, "\n| /24 | access | page loads | websites | baseline degraded | of them with peers / at the peers' "
+                "rate (page loads without peers) | tailor degraded | on the baseline |")
     print(f"(these {len(rows)} /24s hold {100 * share:.0f}% of the baseline's degraded page loads)")
     if cond and max(v[1] for v in cond.values()):
         (b, lo), _ = max(cond.items(), key=lambda kv: kv[1][1])

@@ -80,6 +80,16 @@ def extrapolated(oracle: MeasuredOracle, world, bw: np.ndarray, loss: np.ndarray
             "loss above the lossiest measured": lossier, "any of these": slower | faster | lossier}
 
 
+def tally(keys, flags) -> dict[tuple, list[int]]:
+    """Per key: [page loads, flagged page loads]."""
+    out: dict[tuple, list[int]] = {}
+    for key, f in zip(keys, flags):
+        v = out.setdefault(key, [0, 0])
+        v[0] += 1
+        v[1] += int(f)
+    return out
+
+
 def table(rows: list[tuple], header: str) -> None:
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -146,11 +156,7 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
         rows.append((a, int(on.sum()), f"{100 * deg[on].mean():.2f}%", int((deg & on).sum()),
                      f"{100 * (deg & on).sum() / max(deg.sum(), 1):.0f}%"))
     table(rows, "\n| arm | page loads | degraded in arm | degraded | share of tailor's degraded |")
-    cond: dict[tuple, list[int]] = {}
-    for b, lo, d in zip(bw, loss, base_deg):
-        v = cond.setdefault((float(b), float(lo)), [0, 0])
-        v[0] += 1
-        v[1] += int(d)
+    cond = tally(zip(bw.tolist(), loss.tolist()), base_deg)
     rows = [(f"{b:g}", f"{lo:g}", v[0], v[1], f"{100 * v[1] / v[0]:.0f}%")
             for (b, lo), v in sorted(cond.items(), key=lambda kv: -kv[1][1])[:top] if v[1]]
     table(rows, "\n| bandwidth Mbit/s | loss | page loads | baseline degraded | share |")
@@ -158,21 +164,13 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
     # and website (leave the /24 out; page loads with no such peer are counted apart). The truth is a function of the
     # condition cell and the website, so what is left is the cell's last axis, the bottleneck buffer.
     keys = list(zip(bw.tolist(), rtt.tolist(), loss.tolist(), world.site.tolist()))
-    rate: dict[tuple, list[int]] = {}
-    for key, d in zip(keys, base_deg):
-        v = rate.setdefault(key, [0, 0])
-        v[0] += 1
-        v[1] += int(d)
+    rate = tally(keys, base_deg)
     rows = []
     for p in sorted(set(prefix[base_deg]), key=lambda p: (-int((base_deg & (prefix == p)).sum()), p))[:top]:
         on = prefix == p
-        own: dict[tuple, list[int]] = {}
-        for i in np.flatnonzero(on):
-            v = own.setdefault(keys[i], [0, 0])
-            v[0] += 1
-            v[1] += int(base_deg[i])
+        at = np.flatnonzero(on)
         expect, seen, alone = 0.0, 0, 0
-        for key, (n_own, d_own) in own.items():
+        for key, (n_own, d_own) in tally((keys[i] for i in at), base_deg[at]).items():
             n_rest, d_rest = rate[key][0] - n_own, rate[key][1] - d_own
             if n_rest:
                 expect += n_own * d_rest / n_rest

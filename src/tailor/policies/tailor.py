@@ -155,6 +155,21 @@ from tailor.policies.base import Context, Decision, Outcome, Policy, register
 RTT_EDGES = (15.0, 40.0, 80.0, 160.0, 320.0, 640.0)  # ms
 GOODPUT_EDGES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)  # Mbit/s
 LOSS_EDGES = (0.001, 0.005, 0.02, 0.05)
+BINS = ("coarse", "fine")  # the cells' resolution of RTT, goodput and loss (``bins``)
+
+
+def _split(edges: tuple) -> tuple:
+    """The edges with each bin between two of them split at their geometric mean (``bins='fine'``)."""
+    out = [edges[0]]
+    for lo, hi in zip(edges, edges[1:]):
+        out += [math.sqrt(lo * hi), hi]
+    return tuple(out)
+
+
+# per ``bins``: the (RTT, goodput, loss) edges of the cells. A fine bin f (the number of fine edges below a value)
+# lies in coarse bin (f + 1) // 2, since the coarse edges are every other fine edge (:meth:`TailorPolicy._coarse`)
+EDGES = {"coarse": (RTT_EDGES, GOODPUT_EDGES, LOSS_EDGES),
+         "fine": (_split(RTT_EDGES), _split(GOODPUT_EDGES), _split(LOSS_EDGES))}
 HOUR_BINS = 4
 DEGRADED = math.log(1.05)  # a page load more than 5% slower than the default's is "degraded" (tailor evaluate)
 SERVED = "served"  # the arm of a page load a guardrail served instead of the policy's choice: learned, not charged
@@ -563,6 +578,11 @@ class TailorPolicy(Policy):
                         f"{AUDIT_SETTLED} x audit of them, kept to let the evidence reopen them; held out at that "
                         "trickle once the pooled gain is above 0 by two standard errors. A compiled table serves the "
                         "baseline where closed, without the trickle)"),
+        "bins": ("coarse", lambda v: v in BINS,
+                 "'coarse' (RTT, goodput and loss bins a factor 2-5 wide: RTT_EDGES, GOODPUT_EDGES, LOSS_EDGES) or "
+                 "'fine' (each bin split in two at its edges' geometric mean: the cells and the shared model's network "
+                 "blocks resolve conditions twice as finely; the client groups of the budget and the change test, the "
+                 "pools and the decision groups keep the coarse bins)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }
@@ -588,7 +608,7 @@ class TailorPolicy(Policy):
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
         state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "probe_sd": "off", "_probe_cap": math.inf, "_probe_sds": deque(maxlen=PROBE_SD_WINDOW), "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
-                 "credit": "none", "budget_bound": "play", **state}
+                 "credit": "none", "budget_bound": "play", "bins": "coarse", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
             state["_level"], state["_level_past"] = _unpack_levels(state["_level"]), _unpack_levels(state["_level_past"])
@@ -732,33 +752,44 @@ class TailorPolicy(Policy):
     def _cell(self, ctx: Context) -> tuple:
         """The context cell: website, device, RTT bin, goodput bin, loss bin, hour bin (-1 = unknown)."""
         h = ctx.history
-        rtt = _bin(RTT_EDGES, max(ctx.handshake_rtt_ms, 0.1))
-        gp = -1 if h is None else _bin(GOODPUT_EDGES, max(h.goodput_mbps, 1e-3))
-        loss = -1 if h is None else _bin(LOSS_EDGES, h.loss)
+        rtt_e, gp_e, loss_e = self._edges
+        rtt = _bin(rtt_e, max(ctx.handshake_rtt_ms, 0.1))
+        gp = -1 if h is None else _bin(gp_e, max(h.goodput_mbps, 1e-3))
+        loss = -1 if h is None else _bin(loss_e, h.loss)
         hour = int((ctx.time_s % 86400.0) // (86400.0 / HOUR_BINS))
         return (ctx.website, ctx.client.device, rtt, gp, loss, hour)
 
-    @staticmethod
-    def _cells_of(ctxs: Sequence[Context], parts: bool = False) -> tuple:
+    @property
+    def _edges(self) -> tuple[tuple, tuple, tuple]:
+        """The cells' (RTT, goodput, loss) bin edges (``bins``)."""
+        return EDGES[getattr(self, "bins", "coarse")]
+
+    def _coarse(self, b):
+        """A bin index (or array of them) of :attr:`_edges` as the coarse bin it lies in (-1, unknown, stays)."""
+        if getattr(self, "bins", "coarse") == "coarse":
+            return b
+        return np.where(b < 0, b, (b + 1) // 2) if isinstance(b, np.ndarray) else (b if b < 0 else (b + 1) // 2)
+
+    def _cells_of(self, ctxs: Sequence[Context], parts: bool = False) -> tuple:
         """:meth:`_cell` of many contexts at once: the distinct cells and each context's index into them; with
         ``parts``, also the cells' parts as arrays (:meth:`_parts`) and their integer codes."""
         m = len(ctxs)
+        rtt_e, gp_e, loss_e = self._edges
         # fields read by C-level maps (attrgetter), not per-context Python expressions: the batch's hot loop
         hist = list(map(_HISTORY, ctxs))
         known = np.fromiter(map(is_not, hist, repeat(None)), bool, m)
-        rtt = np.searchsorted(RTT_EDGES, np.maximum(np.fromiter(map(_RTT, ctxs), float, m), 0.1))
+        rtt = np.searchsorted(rtt_e, np.maximum(np.fromiter(map(_RTT, ctxs), float, m), 0.1))
         gp, loss = np.full(m, -1, dtype=np.int64), np.full(m, -1, dtype=np.int64)
         if known.any():
             have = [h for h in hist if h is not None]
-            gp[known] = np.searchsorted(GOODPUT_EDGES, np.maximum(np.fromiter(map(_GOODPUT, have), float, len(have)),
-                                                                  1e-3))
-            loss[known] = np.searchsorted(LOSS_EDGES, np.fromiter(map(_LOSS, have), float, len(have)))
+            gp[known] = np.searchsorted(gp_e, np.maximum(np.fromiter(map(_GOODPUT, have), float, len(have)), 1e-3))
+            loss[known] = np.searchsorted(loss_e, np.fromiter(map(_LOSS, have), float, len(have)))
         hour = (np.fromiter(map(_TIME, ctxs), float, m) % 86400.0 // (86400.0 / HOUR_BINS)).astype(np.int64)
         site_device = list(zip(map(_WEBSITE, ctxs), map(_DEVICE, ctxs)))
         names = {pair: k for k, pair in enumerate(dict.fromkeys(site_device))}  # in order of first appearance
         name = np.fromiter(map(names.__getitem__, site_device), np.int64, m)
-        code = (((name * (len(RTT_EDGES) + 1) + rtt) * (len(GOODPUT_EDGES) + 2) + gp + 1)
-                * (len(LOSS_EDGES) + 2) + loss + 1) * HOUR_BINS + hour
+        code = (((name * (len(rtt_e) + 1) + rtt) * (len(gp_e) + 2) + gp + 1)
+                * (len(loss_e) + 2) + loss + 1) * HOUR_BINS + hour
         ucode, first, inverse = np.unique(code, return_index=True, return_inverse=True)
         pairs = list(names)
         cells = [pairs[k] + v for k, v in zip(name[first].tolist(), zip(
@@ -776,16 +807,16 @@ class TailorPolicy(Policy):
         bins = np.array([c[2:6] for c in cells], dtype=np.int64).reshape(len(cells), 4)
         return (list(names), name, *bins.T)
 
-    @staticmethod
-    def _group(cell: tuple) -> str:
-        """The client group of the budget and the change test: network class = RTT bin x goodput bin."""
-        return f"r{cell[2]}g{cell[3]}"
+    def _group(self, cell: tuple) -> str:
+        """The client group of the budget and the change test: network class = RTT bin x goodput bin (coarse)."""
+        return f"r{self._coarse(cell[2])}g{self._coarse(cell[3])}"
 
     def _blocks(self) -> dict[str, tuple[int, int]]:
         """The blocks of psi: name -> [start, end). Each is one-hot, or one scalar (``size``); the hour comes last
         (the level model, :meth:`_fit_levels`, takes the blocks before it)."""
-        sizes = {"intercept": 1, "website": self._site_slots + 1, "size": 1, "device": len(DEVICES) + 1, "rtt": len(RTT_EDGES) + 1,
-                 "goodput": len(GOODPUT_EDGES) + 2, "loss": len(LOSS_EDGES) + 2, "hour": HOUR_BINS}
+        rtt_e, gp_e, loss_e = self._edges
+        sizes = {"intercept": 1, "website": self._site_slots + 1, "size": 1, "device": len(DEVICES) + 1, "rtt": len(rtt_e) + 1,
+                 "goodput": len(gp_e) + 2, "loss": len(loss_e) + 2, "hour": HOUR_BINS}
         out, start = {}, 0
         for name, size in sizes.items():
             out[name] = (start, start + size)
@@ -805,8 +836,8 @@ class TailorPolicy(Policy):
         if len(pairs):
             idx[:, 1], val[:, 2], idx[:, 3] = site[name], size[name], device[name]
         idx[:, 4] = rtt
-        idx[:, 5] = np.where(gp >= 0, gp, len(GOODPUT_EDGES) + 1)
-        idx[:, 6] = np.where(loss >= 0, loss, len(LOSS_EDGES) + 1)
+        idx[:, 5] = np.where(gp >= 0, gp, len(self._edges[1]) + 1)
+        idx[:, 6] = np.where(loss >= 0, loss, len(self._edges[2]) + 1)
         idx[:, 7] = hour
         return idx + self._block_start, val
 
@@ -899,7 +930,7 @@ class TailorPolicy(Policy):
         return self._stats_now if self.cell_epoch != "off" and self.level_epoch > 0 else self._stats
 
     def _pool_key(self, cell: tuple) -> tuple:
-        return (cell[0], cell[2]) if self.pool == "website-rtt" else (cell[0],)
+        return (cell[0], self._coarse(cell[2])) if self.pool == "website-rtt" else (cell[0],)
 
     def _pooled(self, cells: Sequence[tuple], mean: np.ndarray, sd: np.ndarray,
                 srow: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -1080,13 +1111,13 @@ class TailorPolicy(Policy):
     def group_of(self, ctx: Context) -> str:
         return self._gid(self._cell(ctx))
 
-    @classmethod
-    def _gid(cls, cell: tuple) -> str:
+    def _gid(self, cell: tuple) -> str:
         """A cell's decision group (tables, logs): network class, website, device. Neither the loss bin nor the hour
         bin: the manager keeps per-group state (stickiness, rollback), and an id that changed whenever a prefix's
         archived loss crossed a bin edge, or every six hours, would restart it (seen in the demo: a 4G prefix's
         loss bin moved in 8 of 11 cycles)."""
-        return f"{cls._group(cell)}|{cell[0]}|{cell[1]}"
+        net = self._group(cell) if getattr(self, "bins", "coarse") == "coarse" else f"r{cell[2]}g{cell[3]}f"
+        return f"{net}|{cell[0]}|{cell[1]}"
 
     def _select(self, ctx: Context) -> Decision:
         cell = self._cell(ctx)
@@ -1554,7 +1585,7 @@ class TailorPolicy(Policy):
         cfg = np.fromiter(map(_CONFIG, decs), np.int64, m)
         y = np.maximum(np.fromiter(map(_COMPLETION, map(itemgetter(2), items)), float, m), 1e-3)
         # client groups (RTT bin x goodput bin) and level cells (the cell without its hour), by their codes
-        gcode = parts[2] * (len(GOODPUT_EDGES) + 2) + parts[3] + 1
+        gcode = self._coarse(parts[2]) * (len(GOODPUT_EDGES) + 2) + self._coarse(parts[3]) + 1
         _, gfirst, g_cell = np.unique(gcode, return_index=True, return_inverse=True)
         names = [self._group(cells[i]) for i in gfirst.tolist()]
         gidx = g_cell[inv]
@@ -2121,12 +2152,13 @@ class TailorPolicy(Policy):
         # a group id covers the cells of every loss bin (an archived loss moves across bin edges from cycle to cycle);
         # the cell with the most page loads in the last period decides for it
         of_gid: dict[str, tuple] = {}
+        rtt_e, gp_e, loss_e = self._edges
         cells_of: dict[str, set] = {}  # the distinct cells a group id covers: what edges will draw for it
         placed: list[tuple[str, str, str, str]] = []
         for prefix, h in archive.items(0.0):
-            rtt = _bin(RTT_EDGES, max(h.rtt_ms, 0.1))
-            gp = _bin(GOODPUT_EDGES, max(h.goodput_mbps, 1e-3))
-            loss = _bin(LOSS_EDGES, h.loss)
+            rtt = _bin(rtt_e, max(h.rtt_ms, 0.1))
+            gp = _bin(gp_e, max(h.goodput_mbps, 1e-3))
+            loss = _bin(loss_e, h.loss)
             for site, device in pairs:
                 cell = (site, device, rtt, gp, loss, hour)
                 gid = self._gid(cell)

@@ -581,8 +581,8 @@ class TailorPolicy(Policy):
         "bins": ("coarse", lambda v: v in BINS,
                  "'coarse' (RTT, goodput and loss bins a factor 2-5 wide: RTT_EDGES, GOODPUT_EDGES, LOSS_EDGES) or "
                  "'fine' (each bin split in two at its edges' geometric mean: the cells and the shared model's network "
-                 "blocks resolve conditions twice as finely; the client groups of the budget and the change test, the "
-                 "pools and the decision groups keep the coarse bins)"),
+                 "blocks resolve conditions twice as finely, and so do the decision groups of the tables; the client "
+                 "groups of the budget and the change test and the pools keep the coarse bins)"),
         "website_slots": (32, lambda v: isinstance(v, int) and 0 <= v <= 1024,
                           "an integer in [0, 1024] (websites with their own model entry when the environment lists none, as in the manager)"),
     }

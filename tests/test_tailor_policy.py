@@ -281,23 +281,54 @@ def _fold_both(one, many, items, until: float) -> None:
     many.plan(until, compile=False)
 
 
-def test_cells_of_matches_cell_on_bin_edges_and_unknown_prefixes():
-    from tailor.policies.tailor import GOODPUT_EDGES, LOSS_EDGES, RTT_EDGES
+@pytest.mark.parametrize("bins", ["coarse", "fine"])
+def test_cells_of_matches_cell_on_bin_edges_and_unknown_prefixes(bins):
+    from tailor.policies.tailor import EDGES
 
-    pol, _ = _policy()
+    pol, _ = _policy(bins=bins)
+    rtt_e, gp_e, loss_e = EDGES[bins]
     rng = np.random.default_rng(4)
     ctxs = []
     for i in range(400):
-        rtt = float(rng.choice(RTT_EDGES)) if i % 3 == 0 else float(np.exp(rng.uniform(0.0, 7.0)))
+        rtt = float(rng.choice(rtt_e)) if i % 3 == 0 else float(np.exp(rng.uniform(0.0, 7.0)))
         known = i % 5 != 0
-        history = PrefixHistory(float(rng.choice(GOODPUT_EDGES)) if i % 2 else float(np.exp(rng.uniform(-3, 5))),
-                                float(rng.choice(LOSS_EDGES)) if i % 4 else float(rng.uniform(0, 0.1)), rtt, 5, 1.0) \
+        history = PrefixHistory(float(rng.choice(gp_e)) if i % 2 else float(np.exp(rng.uniform(-3, 5))),
+                                float(rng.choice(loss_e)) if i % 4 else float(rng.uniform(0, 0.1)), rtt, 5, 1.0) \
             if known else None
         client = ClientInfo(f"10.0.0.{i % 250}", "10.0.0.0/24", 1, "r", ("desktop", "android", "ios")[i % 3], "x")
         ctxs.append(Context(float(rng.uniform(0, 3 * 86400)), f"s{i}", client, SITES[i % 3], rtt, history))
     cells, inverse = pol._cells_of(ctxs)
     assert len(set(cells)) == len(cells)
     assert [cells[k] for k in inverse] == [pol._cell(ctx) for ctx in ctxs]
+
+
+def test_fine_bins_split_every_bin_and_keep_the_coarse_client_groups():
+    """bins=fine: each coarse RTT, goodput and loss bin is two fine ones (split at the edges' geometric mean), the
+    shared model gets an entry per fine bin, and the budget's client groups and the pools are the coarse ones."""
+    from tailor.policies.tailor import EDGES
+
+    coarse, _ = _policy()
+    fine, _ = _policy(bins="fine")
+    for c_edges, f_edges in zip(EDGES["coarse"], EDGES["fine"]):
+        assert f_edges[::2] == c_edges and len(f_edges) == 2 * len(c_edges) - 1
+        assert all(a < m < b for a, m, b in zip(f_edges[::2], f_edges[1::2], f_edges[2::2]))
+    assert fine._n_psi - coarse._n_psi == sum(len(e) for e in EDGES["coarse"]) - 3
+    rng = np.random.default_rng(5)
+    client = ClientInfo("10.0.0.1", "10.0.0.0/24", 1, "r", "desktop", "x")
+    split = [0, 0, 0]
+    for i in range(600):
+        rtt = float(np.exp(rng.uniform(1.0, 7.0)))
+        history = None if i % 7 == 0 else PrefixHistory(float(np.exp(rng.uniform(-3, 5))), float(rng.uniform(0, 0.1)),
+                                                        rtt, 5, 1.0)
+        ctx = Context(float(rng.uniform(0, 86400)), f"s{i}", client, SITES[i % 3], rtt, history)
+        c, f = coarse._cell(ctx), fine._cell(ctx)
+        assert c[:2] == f[:2] and c[5] == f[5]
+        for k in range(3):  # the fine bin lies in the coarse one; unknown stays unknown
+            assert (f[2 + k] + 1) // 2 == c[2 + k] if f[2 + k] >= 0 else c[2 + k] == f[2 + k] == -1
+            split[k] += f[2 + k] >= 0 and f[2 + k] != 2 * c[2 + k]
+        assert fine.budget_group(ctx) == coarse.budget_group(ctx)
+        assert fine._pool_key(f) == coarse._pool_key(c)
+    assert min(split) > 50  # each axis really is resolved more finely
 
 
 def test_folded_rows_give_the_within_level_cell_gram():
@@ -548,13 +579,13 @@ def test_cell_lag_holds_a_cell_s_own_outcomes_until_the_next_plan(cell_lag):
         assert deciding()[other] == pytest.approx(moved)
 
 
-@pytest.mark.parametrize("cell_epoch", ["off", "on"])
-def test_batch_observe_agrees_with_one_by_one(cell_epoch):
+@pytest.mark.parametrize("cell_epoch,bins", [("off", "coarse"), ("on", "coarse"), ("off", "fine")])
+def test_batch_observe_agrees_with_one_by_one(cell_epoch, bins):
     """observe_batch folds the same page loads as observe one by one: identical counts and sums before the model
     is fitted; afterwards only the predictions from before the batch differ, so the learned model and the safe
-    choices stay close."""
-    one, space = _policy(cell_epoch=cell_epoch)
-    many, _ = _policy(cell_epoch=cell_epoch)
+    choices stay close (with fine bins too: the batch's client groups come from the cells' codes)."""
+    one, space = _policy(cell_epoch=cell_epoch, bins=bins)
+    many, _ = _policy(cell_epoch=cell_epoch, bins=bins)
     rng = np.random.default_rng(12)
     for block in range(6):
         items = _world_items(one, space, rng, 600, t0=block * 600.0)

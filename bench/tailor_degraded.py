@@ -12,6 +12,9 @@ slower than the registry default on the same page load (:data:`tailor.eval.metri
   `tailor` inherits wherever it stays on the baseline;
 * the baseline's degraded page loads by the true network condition (bandwidth x loss) and by client /24, with what
   each /24's page loads would give at the other /24s' rate in the same true bandwidth, RTT, loss and website;
+* the policy's network cells (its RTT, goodput and loss bins, over every website, device and hour) that hold the
+  most of the baseline's degraded page loads, and within each the true conditions it mixes (bandwidth, RTT, loss,
+  buffer) with their page loads and the baseline's degraded share: what the cells cannot tell apart;
 * with the measured oracle: the page loads whose true condition lies beyond the measured conditions of the workload
   the oracle takes its ratios from (slower, faster or lossier than any measured one), and their share of `tailor`'s
   and the baseline's degraded page loads: there the oracle extrapolates;
@@ -47,7 +50,7 @@ SLOWER = np.log1p(DEGRADED)  # log time: more than 5% slower
 
 
 def observed(policy) -> list[tuple]:
-    """Wrap ``policy._select``: after each decision, record (arm, posterior mean, posterior sd)."""
+    """Wrap ``policy._select``: after each decision, record (arm, posterior mean, posterior sd, context cell)."""
     log: list[tuple] = []
     select = policy._select
 
@@ -55,7 +58,7 @@ def observed(policy) -> list[tuple]:
         d = select(ctx)
         cell = policy._cell(ctx)
         mean, sd, _, _ = policy._effects(cell, policy._group(cell))
-        log.append((d.arm, mean.copy(), sd.copy()))
+        log.append((d.arm, mean.copy(), sd.copy(), cell))
         return d
 
     policy._select = _select
@@ -122,6 +125,29 @@ def guard_test(policy, post_mean: np.ndarray, post_sd: np.ndarray, base_deg: np.
                 "served off the baseline | tailor degraded | arms |")
 
 
+def mixes(policy, net: list[tuple], conds: list[tuple], base_deg: np.ndarray, top: int) -> None:
+    """The three network cells of the policy (RTT, goodput, loss bins) with the most baseline-degraded page loads, and
+    per cell its true conditions: where the baseline is degraded in one and fine in another, the cell averages them."""
+    rtt_e, gp_e, loss_e = policy._edges
+
+    def span(edges, b) -> str:
+        if b < 0:
+            return "unknown"
+        return f"{edges[b - 1]:g}-{edges[b]:g}" if 0 < b < len(edges) else (f"<{edges[0]:g}" if b == 0 else f">{edges[-1]:g}")
+
+    by_cell = tally(net, base_deg)
+    for key, (n, d) in sorted(by_cell.items(), key=lambda kv: (-kv[1][1], kv[0]))[:3]:
+        if not d:
+            break
+        on = [i for i, k in enumerate(net) if k == key]
+        rows = [(f"{b:g}", f"{r:g}", f"{lo:g}", f"{q:g}", v[0], v[1], f"{100 * v[1] / v[0]:.0f}%")
+                for (b, r, lo, q), v in sorted(tally((conds[i] for i in on), base_deg[on]).items(),
+                                               key=lambda kv: (-kv[1][0], kv[0]))[:top]]
+        table(rows, f"\nthe cell RTT {span(rtt_e, key[0])} ms, goodput {span(gp_e, key[1])} Mbit/s, loss "
+                    f"{span(loss_e, key[2])}: {n} page loads, the baseline degraded at {d}; its true conditions\n"
+                    "| bandwidth Mbit/s | RTT ms | loss | buffer BDP | page loads | baseline degraded | share |")
+
+
 def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params: dict, top: int, check: bool) -> None:
     oracle = select_oracle(oracle_name, "core")
     scn = load_scenario(scenario, n_sessions=sessions, seed=seed, websites=sorted(oracle.websites))
@@ -141,10 +167,11 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
     clients = [world.sessions[s].client for s in world.session]
     prefix = np.array([c.prefix for c in clients])
     access = np.array([c.access for c in clients])
-    bw, rtt, loss, _ = oracle.grid.values(world.cell)
-    arm = np.array([a for a, _, _ in log])
-    post_mean = np.array([m for _, m, _ in log])  # page loads x configurations
-    post_sd = np.array([v for _, _, v in log])
+    bw, rtt, loss, buffer = oracle.grid.values(world.cell)
+    arm = np.array([a for a, _, _, _ in log])
+    post_mean = np.array([m for _, m, _, _ in log])  # page loads x configurations
+    post_sd = np.array([v for _, _, v, _ in log])
+    net = [cell[2:5] for _, _, _, cell in log]  # the policy's RTT, goodput and loss bins
     deg = 1.0 - rec["plt_ms"] / rec["default_ms"] < -DEGRADED
     base_deg = effect[:, default] < -SLOWER
     n = len(deg)
@@ -184,6 +211,7 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
     table(rows, "\n| /24 | access | page loads | websites | baseline degraded | of them with peers / at the peers' "
                 "rate (page loads without peers) | tailor degraded | on the baseline |")
     print(f"(these {len(rows)} /24s hold {100 * share:.0f}% of the baseline's degraded page loads)")
+    mixes(policy, net, list(zip(bw.tolist(), rtt.tolist(), loss.tolist(), buffer.tolist())), base_deg, top)
     if cond and max(v[1] for v in cond.values()):
         (b, lo), _ = max(cond.items(), key=lambda kv: kv[1][1])
         here = (bw == b) & (loss == lo)

@@ -24,34 +24,18 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import deque
 
 import numpy as np
 
 from tailor.eval.metrics import DEGRADED
 from tailor.eval.run import _git_commit
-from tailor.grouping.archive import PrefixArchive
 from tailor.oracle.select import select_oracle
 from tailor.policies import make_policy
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig, Simulator
-from tailor.sim.simulator import ARCHIVE_ALPHA
+from tailor.sim.simulator import replay_histories
 
 HELD_OUT = 100
-
-
-def replay(world, key, latency: float) -> list:
-    """The archive's history at each page load, keyed by ``key(i)``, as the simulator builds the per-/24 one."""
-    archive, pending, out = PrefixArchive(ARCHIVE_ALPHA), deque(), []
-    for i in range(len(world)):
-        t = world.time_s[i]
-        while pending and pending[0][0] <= t:
-            _, k, ti, g, lo, r = pending.popleft()
-            archive.update(k, ti, g, lo, r)
-        k = key(i)
-        out.append(archive.get(k, t))
-        pending.append((t + latency, k, t, world.goodput_est[i], world.loss_est[i], world.rtt_ms[i]))
-    return out
 
 
 def one(scenario: str, oracle_name: str, seed: int, sessions: int | None) -> None:
@@ -66,8 +50,8 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None) -> Non
     latency = sim.config.update_latency_s
     views = {"/24 archive, archived RTT (`optimal-stale`'s)": (world.histories, False),
              "/24 archive, handshake RTT": (world.histories, True),
-             "per client address, handshake RTT": (replay(world, clients.__getitem__, latency), True),
-             "per session, handshake RTT": (replay(world, lambda i: int(world.session[i]), latency), True)}
+             "per client address, handshake RTT": (replay_histories(world, clients.__getitem__, latency), True),
+             "per session, handshake RTT": (replay_histories(world, lambda i: int(world.session[i]), latency), True)}
     true = np.array([world.tensor.mode(int(c), int(s)) for c, s in zip(world.cell, world.site)])
     base, best = true[:, default], true.min(axis=1)
     print(f"\n## {scenario} / {oracle_name} / seed {seed}: {n:,} page loads")

@@ -762,11 +762,11 @@ class TailorPolicy(Policy):
     @property
     def _edges(self) -> tuple[tuple, tuple, tuple]:
         """The cells' (RTT, goodput, loss) bin edges (``bins``)."""
-        return EDGES[getattr(self, "bins", "coarse")]
+        return EDGES[self.bins]
 
     def _coarse(self, b):
         """A bin index (or array of them) of :attr:`_edges` as the coarse bin it lies in (-1, unknown, stays)."""
-        if getattr(self, "bins", "coarse") == "coarse":
+        if self.bins == "coarse":
             return b
         return np.where(b < 0, b, (b + 1) // 2) if isinstance(b, np.ndarray) else (b if b < 0 else (b + 1) // 2)
 
@@ -1116,7 +1116,7 @@ class TailorPolicy(Policy):
         bin: the manager keeps per-group state (stickiness, rollback), and an id that changed whenever a prefix's
         archived loss crossed a bin edge, or every six hours, would restart it (seen in the demo: a 4G prefix's
         loss bin moved in 8 of 11 cycles)."""
-        net = self._group(cell) if getattr(self, "bins", "coarse") == "coarse" else f"r{cell[2]}g{cell[3]}f"
+        net = self._group(cell) if self.bins == "coarse" else f"r{cell[2]}g{cell[3]}f"
         return f"{net}|{cell[0]}|{cell[1]}"
 
     def _select(self, ctx: Context) -> Decision:

@@ -95,6 +95,22 @@ class World:
         return len(self.time_s)
 
 
+def replay_histories(world: World, key, latency_s: float) -> list:
+    """Each page load's archived history (:class:`PrefixArchive`, ``ARCHIVE_ALPHA``) from the telemetry of the earlier
+    page loads with the same ``key(i)`` that arrived ``latency_s`` or more before it: the simulator keys it by the
+    client's /24; a diagnosis may key it otherwise (``bench/tailor_views.py``: per client, per session)."""
+    archive, pending, out = PrefixArchive(ARCHIVE_ALPHA), deque(), []
+    for i in range(len(world)):
+        t = world.time_s[i]
+        while pending and pending[0][0] <= t:
+            _, k, ti, g, lo, r = pending.popleft()
+            archive.update(k, ti, g, lo, r)
+        k = key(i)
+        out.append(archive.get(k, t))
+        pending.append((t + latency_s, k, t, world.goodput_est[i], world.loss_est[i], world.rtt_ms[i]))
+    return out
+
+
 class Simulator:
     """Prepares a world once, then runs any number of policies through it."""
 
@@ -136,20 +152,12 @@ class Simulator:
     def _replay_archive(self, world: World, buf: np.ndarray) -> None:
         """The per-prefix archive is policy-independent (telemetry estimates do not depend on the
         configuration), so each page load's history and stale cell are computed once."""
-        archive, pending = PrefixArchive(ARCHIVE_ALPHA), deque()
-        latency = self.config.update_latency_s
+        world.histories = replay_histories(world, lambda i: world.sessions[world.session[i]].client.prefix,
+                                           self.config.update_latency_s)
         grid = self.oracle.grid
-        for i in range(len(world)):
-            t = world.time_s[i]
-            while pending and pending[0][0] <= t:
-                _, p, ti, g, lo, r = pending.popleft()
-                archive.update(p, ti, g, lo, r)
-            prefix = world.sessions[world.session[i]].client.prefix
-            h = archive.get(prefix, t)
-            world.histories[i] = h
+        for i, h in enumerate(world.histories):
             if h is not None:
                 world.stale_cell[i] = grid.cell(h.goodput_mbps, h.rtt_ms, h.loss, buf[i])
-            pending.append((t + latency, prefix, t, world.goodput_est[i], world.loss_est[i], world.rtt_ms[i]))
 
     def _fill_truth(self, world: World) -> None:
         pairs: dict[str, set] = {}

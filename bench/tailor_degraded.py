@@ -12,6 +12,10 @@ slower than the registry default on the same page load (:data:`tailor.eval.metri
   `tailor` inherits wherever it stays on the baseline;
 * the baseline's degraded page loads by the true network condition (bandwidth x loss) and by client /24, with what
   each /24's page loads would give at the other /24s' rate in the same true bandwidth, RTT, loss and website;
+* per website (the ones with a degraded page load): its share of the page loads, `tailor`'s degraded page loads by arm,
+  the baseline's, `tailor`'s and Optimal's mean improvement over the default (log time), and for the departures
+  (greedy and probes) the posterior's median effect against the baseline at the decision next to the true one and
+  the mean of (true - posterior) / sd: where the model promises a gain the website does not have;
 * the policy's network cells (its RTT, goodput and loss bins, over every website, device and hour) that hold the
   most of the baseline's degraded page loads, and within each the true conditions it mixes (bandwidth, RTT, loss,
   buffer) with their page loads and the baseline's degraded share: what the cells cannot tell apart;
@@ -125,6 +129,31 @@ def guard_test(policy, post_mean: np.ndarray, post_sd: np.ndarray, base_deg: np.
                 "served off the baseline | tailor degraded | arms |")
 
 
+def websites(world, rec, arm: np.ndarray, effect: np.ndarray, post_mean: np.ndarray, post_sd: np.ndarray,
+             deg: np.ndarray, base_deg: np.ndarray) -> None:
+    """Per website with a degraded page load: where `tailor`'s degraded page loads are, what there is to gain there
+    (Optimal's mean improvement, noise-free), and how far the departures' posterior was from the truth."""
+    names = np.array(world.tensor.site_names)
+    gain = np.log(rec["default_ms"] / rec["plt_ms"])
+    best = np.log(rec["mode_default_ms"] / rec["mode_optimal_ms"])
+    cfg = rec["config"].astype(int)
+    k = np.arange(len(cfg))
+    dep = (arm == "exploit") | (arm == "explore")
+    rows = []
+    for s in sorted(set(world.site[deg].tolist()), key=lambda s: (-int((deg & (world.site == s)).sum()), s)):
+        on = world.site == s
+        d = on & dep
+        err = (effect[k[d], cfg[d]] - post_mean[k[d], cfg[d]]) / np.maximum(post_sd[k[d], cfg[d]], 1e-9)
+        rows.append((names[s], int(on.sum()), f"{100 * on.mean():.0f}%", int((deg & on).sum()),
+                     ", ".join(f"{a} {int((deg & on & (arm == a)).sum())}" for a in sorted(set(arm[on].tolist()))),
+                     f"{100 * base_deg[on].mean():.2f}%", f"{gain[on].mean():+.3f}", f"{best[on].mean():+.3f}",
+                     f"{100 * d.sum() / on.sum():.0f}%",
+                     f"{np.median(post_mean[k[d], cfg[d]]):+.3f} / {np.median(effect[k[d], cfg[d]]):+.3f}" if d.any()
+                     else "-", f"{err.mean():+.2f}" if d.any() else "-"))
+    table(rows, "\n| website | page loads | share | tailor degraded | by arm | baseline degraded | tailor's gain | "
+                "Optimal's gain | departures | their effect: posterior / true (median) | (true - posterior) / sd |")
+
+
 def mixes(policy, net: list[tuple], conds: list[tuple], base_deg: np.ndarray, top: int) -> None:
     """The three network cells of the policy (RTT, goodput, loss bins) with the most baseline-degraded page loads, and
     per cell its true conditions: where the baseline is degraded in one and fine in another, the cell averages them."""
@@ -183,6 +212,7 @@ def one(scenario: str, oracle_name: str, seed: int, sessions: int | None, params
         rows.append((a, int(on.sum()), f"{100 * deg[on].mean():.2f}%", int((deg & on).sum()),
                      f"{100 * (deg & on).sum() / max(deg.sum(), 1):.0f}%"))
     table(rows, "\n| arm | page loads | degraded in arm | degraded | share of tailor's degraded |")
+    websites(world, rec, arm, effect, post_mean, post_sd, deg, base_deg)
     cond = tally(zip(bw.tolist(), loss.tolist()), base_deg)
     rows = [(f"{b:g}", f"{lo:g}", v[0], v[1], f"{100 * v[1] / v[0]:.0f}%")
             for (b, lo), v in sorted(cond.items(), key=lambda kv: -kv[1][1])[:top] if v[1]]

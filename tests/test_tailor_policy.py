@@ -661,6 +661,51 @@ def test_greedy_check_sums_per_configuration_agree_batch_and_one_by_one(mode):
     assert charged, "no group was charged: the test checks nothing"
 
 
+def test_greedy_check_by_website_keeps_one_websites_excess_off_the_others():
+    """``check_by='website'``: greedy_check's sums are kept per website over every client group, so the departures of
+    a website that came out slower than predicted (a small object where nothing gains much) charge that website's
+    configurations and not another website's in the same client group; the batch fold and the online path count the
+    same page loads per website, and per group (the default) the same ones partitioned by client group."""
+    from tailor.policies import Decision
+
+    pol, space = _policy(greedy_check="shift", check_by="website")
+    assert pol.check_by == "website" and _policy()[0].check_by == "group"
+    rng = np.random.default_rng(8)
+    a, b = SITES[0], SITES[1]
+    pol._sel_add("w:" + a, np.zeros(50, bool), np.ones(50, bool), rng.normal(0.0, 0.05, 50), np.zeros(50, int))
+    pol._sel_add("w:" + a, np.ones(50, bool), np.zeros(50, bool), rng.normal(0.1, 0.05, 50), np.zeros(50, int))
+    pol._sel_add("w:" + b, np.zeros(50, bool), np.ones(50, bool), rng.normal(0.0, 0.05, 50), np.zeros(50, int))
+    pol._sel_add("w:" + b, np.ones(50, bool), np.zeros(50, bool), rng.normal(-0.1, 0.05, 50), np.zeros(50, int))
+    cell_a, cell_b = (a, "desktop", 2, 3, 1, 0), (b, "desktop", 2, 3, 1, 0)
+    group = pol._group(cell_a)
+    assert pol._group(cell_b) == group and pol._check_key(cell_a, group) == "w:" + a
+    mean = np.linspace(-0.2, 0.2, len(space))
+    shifted_a, _ = pol._charged(mean, pol._check_key(cell_a, group))
+    shifted_b, _ = pol._charged(mean, pol._check_key(cell_b, group))
+    assert 0.05 < np.delete(shifted_a - mean, pol.baseline_index).min() and np.array_equal(shifted_b, mean)
+    assert pol._charged(mean, group) == (mean, 0.0)  # nothing kept per group
+    with pytest.raises(Exception, match="check_by"):
+        _policy(check_by="hour")
+
+    one, _ = _policy(greedy_check="shift", check_by="website")
+    many, _ = _policy(greedy_check="shift", check_by="website")
+    per_group, _ = _policy(greedy_check="shift")
+    for block in range(4):
+        items = _world_items(one, space, rng, 600, t0=block * 600.0)
+        items = [(ctx, Decision(d.config, d.probability, d.group, "exploit" if k % 3 == 0 else d.arm), o)
+                 for k, (ctx, d, o) in enumerate(items)]
+        _fold_both(one, many, items, block * 600.0 + 600.0)
+        for item in items:
+            per_group.observe(*item)
+        per_group.plan(block * 600.0 + 600.0, compile=False)
+    assert one._sel and set(one._sel) == set(many._sel) and all(k.startswith("w:") for k in one._sel)
+    for k, s in one._sel.items():
+        assert (many._sel[k][0], many._sel[k][3]) == (s[0], s[3])  # the same departures and baseline page loads
+    assert not any(k.startswith("w:") for k in per_group._sel)
+    for j in (0, 3):
+        assert sum(s[j] for s in per_group._sel.values()) == sum(s[j] for s in one._sel.values()) > 0
+
+
 def test_vectorised_cusum_is_the_sequential_recursion_with_its_resets():
     """cusum_run (the batch's change test, Lindley's closed form between alarms) gives the alarms and the final
     state of max(0, S + z - drift) page load by page load, on noise with two level shifts (several alarms)."""

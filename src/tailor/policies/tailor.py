@@ -553,6 +553,11 @@ class TailorPolicy(Policy):
                          "'any' (the greedy choice may be any configuration the guard allows) or 'played' (only one "
                          "within one knob of the baseline or of a configuration the context's level cell has played: "
                          "an exploitation then rests on at most one knob term the cell has not tried, as a probe does)"),
+        "check_by": ("group", lambda v: v in ("group", "website"),
+                     "'group' (greedy_check's sums per client group) or 'website' (per website, over every client "
+                     "group: a website where no configuration gains much, a small object, has departures whose "
+                     "posterior promised a gain it does not have, and a per-group sum mixes that excess with the "
+                     "websites whose departures pay)"),
         "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift", "config", "own"),
                          "'on' (per client group, the prediction errors of the page loads served by a departure that "
                          "was not a probe, observed outcome minus the prediction made before it was known, are compared "
@@ -607,7 +612,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "probe_sd": "off", "_probe_cap": math.inf, "_probe_sds": deque(maxlen=PROBE_SD_WINDOW), "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "check_by": "group", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "probe_sd": "off", "_probe_cap": math.inf, "_probe_sds": deque(maxlen=PROBE_SD_WINDOW), "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", "bins": "coarse", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -1123,7 +1128,7 @@ class TailorPolicy(Policy):
         cell = self._cell(ctx)
         group, gid = self._group(cell), self._gid(cell)
         mean, sd, level, level_var = self._effects(cell, group, self._stats_lag if self.cell_lag == "plan" else None)
-        mean, charge = self._charged(mean, group)
+        mean, charge = self._charged(mean, self._check_key(cell, group))
         default = self._base
         ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))  # with the guard on, it may cost more than the baseline
@@ -1276,6 +1281,11 @@ class TailorPolicy(Policy):
         if n[config] < k:
             return False
         return bool(n[against] < k or total[config] / n[config] < total[against] / n[against])
+
+    def _check_key(self, cell: tuple, group: str) -> str:
+        """The key of ``greedy_check``'s sums for a page load of this cell: its client group, or with ``check_by`` =
+        'website' its website (``w:`` + name; a change alarm of a client group does not forget it)."""
+        return group if self.check_by == "group" else "w:" + cell[0]
 
     def _optimism(self, group: str) -> float:
         """``greedy_check``: how much slower than predicted the group's non-probe departures turned out, beyond the
@@ -1517,7 +1527,8 @@ class TailorPolicy(Policy):
             if self._n and n_cell >= 10 else 0.0
         if self.greedy_check != "off" and self._n and n_cell >= 10 and decision.arm != SERVED:
             e = np.array([logy - level - float(mean[c])])
-            self._sel_add(group, np.array([self._departure(decision)]), np.array([c == self._base]), e, np.array([c]))
+            self._sel_add(self._check_key(cell, group), np.array([self._departure(decision)]), np.array([c == self._base]),
+                          e, np.array([c]))
         if self.audit and decision.arm != SERVED:
             on = bool(self._n and n_cell >= 10)
             self._audit_add(group, np.array([on and self._departure(decision)]), np.array([on and self._held(decision)]),
@@ -1661,13 +1672,19 @@ class TailorPolicy(Policy):
         e2 = err[off] ** 2 - s2[off] - level_var[off] - v_eff
         self._z2 = [self._z2[0] + float(e2.sum()), self._z2[1] + float(e2 @ e2), self._z2[2] + float(v_eff.sum()),
                     self._z2[3] + float(off.sum())]
+        if check and self.check_by == "website":  # greedy_check's sums per website (the sums do not depend on order)
+            pos = {site: j for j, site in enumerate(dict.fromkeys(cell[0] for cell in cells))}
+            sidx = np.fromiter((pos[cell[0]] for cell in cells), np.int64, len(cells))[inv]
+            for site, j in pos.items():
+                mine = np.flatnonzero(sidx == j)
+                self._sel_add("w:" + site, dep[mine], bas[mine], err[mine], cfg[mine])
         keep = np.ones(m, dtype=bool)
         order = np.argsort(gidx, kind="stable")
         bounds = np.searchsorted(gidx[order], np.arange(len(names) + 1))
         alarms: list[tuple[int, str]] = []
         for j, g in enumerate(names):
             mine = order[bounds[j]:bounds[j + 1]]  # the group's page loads, in order
-            if check:
+            if check and self.check_by == "group":
                 self._sel_add(g, dep[mine], bas[mine], err[mine], cfg[mine])
             if self.audit:
                 mine_d = mine[decided[mine]]
@@ -2189,7 +2206,7 @@ class TailorPolicy(Policy):
         page loads or for a table group without page loads in the last period (``loads``: those of every cell the
         table group covers). ``placed_sd``: the sd of a probe placed in the table is appended there."""
         mean, sd, level, level_var = self._effects(cell, group)
-        mean, charge = self._charged(mean, group)
+        mean, charge = self._charged(mean, self._check_key(cell, group))
         ucb, ok, near = self._bounds(mean, sd)
         safe = int(np.argmin(np.where(ok, ucb, np.inf)))
         if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:

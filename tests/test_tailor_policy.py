@@ -706,6 +706,52 @@ def test_greedy_check_by_website_keeps_one_websites_excess_off_the_others():
         assert sum(s[j] for s in per_group._sel.values()) == sum(s[j] for s in one._sel.values()) > 0
 
 
+def test_greedy_check_slope_scales_predicted_gains_by_the_share_the_departures_realised():
+    """``greedy_check='slope'``: departures that realised 30% of their predicted gains (net of the baseline's mean
+    error) give a slope near 0.3, which multiplies every predicted gain (negative effect) a decision reads and leaves
+    predicted losses and the baseline alone; nothing before SLOPE_MIN departures; clipped to [0, 1]; per website with
+    ``check_by='website'``, and the batch fold and the online path keep the same sums."""
+    from tailor.policies import Decision
+    from tailor.policies.tailor import SLOPE_MIN
+
+    pol, space = _policy(greedy_check="slope", check_by="website")
+    rng = np.random.default_rng(9)
+    key = "w:" + SITES[0]
+    n = SLOPE_MIN
+    pred = rng.uniform(-0.3, -0.05, n)
+    realised = 0.3 * pred + rng.normal(0.0, 0.02, n)
+    mb = 0.05  # the baseline's mean prediction error, which the departures' errors share
+    pol._sel_add(key, np.zeros(50, bool), np.ones(50, bool), np.full(50, mb), np.zeros(50, int), np.zeros(50))
+    dep = np.ones(n - 1, bool)
+    pol._sel_add(key, dep, ~dep, realised[:-1] - pred[:-1] + mb, np.ones(n - 1, int), pred[:-1])
+    assert pol._slope(key) is None  # one departure short
+    pol._sel_add(key, dep[:1], ~dep[:1], realised[-1:] - pred[-1:] + mb, np.ones(1, int), pred[-1:])
+    b = pol._slope(key)
+    assert b == pytest.approx(float(realised @ pred / (pred @ pred)), abs=1e-9) and 0.25 < b < 0.35
+    mean = np.linspace(-0.2, 0.2, len(space))
+    mean[pol.baseline_index] = 0.0
+    charged, charge = pol._charged(mean, key)
+    assert charge == 0.0 and np.allclose(charged[mean < 0], b * mean[mean < 0])
+    assert np.array_equal(charged[mean >= 0], mean[mean >= 0])
+    assert pol._charged(mean, "w:" + SITES[1]) == (mean, 0.0)  # another website: no evidence, no change
+    worse, _ = _policy(greedy_check="slope")
+    worse._sel_add("g", np.zeros(20, bool), np.ones(20, bool), np.zeros(20), np.zeros(20, int), np.zeros(20))
+    worse._sel_add("g", np.ones(n, bool), np.zeros(n, bool), np.full(n, 0.5), np.ones(n, int), np.full(n, -0.1))
+    assert worse._slope("g") == 0.0  # realised slower than the baseline: no predicted gain is believed
+
+    one, _ = _policy(greedy_check="slope", check_by="website")
+    many, _ = _policy(greedy_check="slope", check_by="website")
+    for block in range(4):
+        items = _world_items(one, space, rng, 600, t0=block * 600.0)
+        items = [(ctx, Decision(d.config, d.probability, d.group, "exploit" if k % 3 == 0 else d.arm), o)
+                 for k, (ctx, d, o) in enumerate(items)]
+        _fold_both(one, many, items, block * 600.0 + 600.0)
+    assert one._sel_p and set(one._sel_p) == set(many._sel_p)
+    for k, t in one._sel_p.items():
+        assert t[1] > 0.0 and many._sel_p[k][1] > 0.0  # the predictions differ (before the batch), the counts do not
+        assert many._sel[k][0] == one._sel[k][0]
+
+
 def test_vectorised_cusum_is_the_sequential_recursion_with_its_resets():
     """cusum_run (the batch's change test, Lindley's closed form between alarms) gives the alarms and the final
     state of max(0, S + z - drift) page load by page load, on noise with two level shifts (several alarms)."""

@@ -181,6 +181,7 @@ MAX_CLIENTS = 200_000  # clients whose offsets are kept (least recently seen for
 STATE_LAYOUT = 2  # the layout of the pickled state: 2 = per-cell statistics in CellRows arrays
 COMP_FLOOR = 1e-4  # smallest variance component of the knob deviations (sd 0.01, log scale)
 TAIL_DOF = 4.0  # degrees of freedom of context_prior='student' (a common robust choice, not fitted to any seed)
+SLOPE_MIN = 200  # greedy_check='slope': departures before the slope is used (as the 2026-12-05 sanity runs; not fitted)
 CHECK_PRIOR = 20.0  # greedy_check='config'/'own': pseudo page loads at the group's excess (as NOISE_PRIOR_DOF; not fitted)
 # ``audit`` (not fitted to any seed; chosen before its trial): a page load's evidence halves every AUDIT_HALFLIFE of its
 # group's page loads; a group's realised gain is shrunk to every group's pooled one by AUDIT_PRIOR pseudo page loads;
@@ -558,7 +559,7 @@ class TailorPolicy(Policy):
                      "group: a website where no configuration gains much, a small object, has departures whose "
                      "posterior promised a gain it does not have, and a per-group sum mixes that excess with the "
                      "websites whose departures pay)"),
-        "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift", "config", "own"),
+        "greedy_check": ("off", lambda v: v in ("off", "on", "mean", "shift", "config", "own", "slope"),
                          "'on' (per client group, the prediction errors of the page loads served by a departure that "
                          "was not a probe, observed outcome minus the prediction made before it was known, are compared "
                          "with the baseline's; the departures' excess, less two standard errors, is added to the greedy "
@@ -568,7 +569,11 @@ class TailorPolicy(Policy):
                          "leaving the baseline pays for it), 'config' (as 'shift', with each configuration's own excess: "
                          "its departures' mean error less the baseline's, shrunk towards the group's excess by "
                          f"{CHECK_PRIOR} pseudo page loads, at least 0), 'own' (as 'config', shrunk towards 0: a "
-                         "configuration never served as a departure is not charged) or 'off'"),
+                         "configuration never served as a departure is not charged), 'slope' (every predicted gain, "
+                         "a negative effect, a decision reads is multiplied by the share of their predicted gains the "
+                         "departures realised, a regression through the origin of their realised effects, net of the "
+                         f"baseline's mean error, on the predicted ones, clipped to [0, 1], after {SLOPE_MIN} "
+                         "departures) or 'off'"),
         "audit": (0.0, _FLOAT(0.0, 0.5),
                   "in [0, 0.5] (a randomised audit of the policy's own departures, per client group: where the policy "
                   "would leave the baseline by a choice that is not a probe, it serves the baseline instead with this "
@@ -612,7 +617,7 @@ class TailorPolicy(Policy):
                                  "(tailor manager: a fresh --data)")
         # a state pickled before the level epochs: one level per cell over all time, as it was learned; before
         # ``credit`` and ``budget_bound``: the budget it was learned with (bounds floored, summed per play)
-        state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "check_by": "group", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "probe_sd": "off", "_probe_cap": math.inf, "_probe_sds": deque(maxlen=PROBE_SD_WINDOW), "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
+        state = {"global_em": "off", "greedy_reach": "any", "probe_value": "any", "greedy_check": "off", "check_by": "group", "_sel": {}, "audit": 0.0, "audit_scope": "group", "guard_base": "same", "_audit": {}, "_audit_world": None, "_sel_c": {}, "_sel_p": {}, "greedy_z": 0.0, "greedy_own": 0, "context_prior": "gauss", "probe_center": "safe", "probe_margin": 0.05, "probe_sd": "off", "_probe_cap": math.inf, "_probe_sds": deque(maxlen=PROBE_SD_WINDOW), "level_epoch": 0.0, "_level_past": {}, "_level_keys": len(state.get("_level", ())),
                  "credit": "none", "budget_bound": "play", "bins": "coarse", **state}
         if state.pop("_packed", False):
             state["_G"] = unpack_sparse(state["_G"])
@@ -746,6 +751,8 @@ class TailorPolicy(Policy):
         # sum, sum of squares each)
         self._sel: dict[str, list[float]] = {}
         self._sel_c: dict[str, np.ndarray] = {}  # greedy_check='config': group -> (count, error sum) per configuration
+        # greedy_check='slope': per key, the departures' (sum p * err, sum p^2, sum p), p the predicted effect
+        self._sel_p: dict[str, np.ndarray] = {}
         # audit: per client group, discounted (weight, sum, sum of squares) of the log time net of the baseline
         # level, of the departures served and of the page loads held out from departures; every group's pooled
         # realised gain and its weight (at plan)
@@ -1301,10 +1308,24 @@ class TailorPolicy(Policy):
         z = 2.0 if self.greedy_check == "on" else 0.0
         return max(0.0, md - mb - z * math.sqrt(vd / s[0] + vb / s[3]))
 
+    def _slope(self, group: str) -> float | None:
+        """``greedy_check='slope'``: the share of their predicted gains the key's departures realised: their realised
+        effects ``r = err + p - mb`` (the prediction error plus the predicted effect, less the baseline's mean error
+        ``mb``) regressed through the origin on the predicted ``p``, clipped to [0, 1]; None before ``SLOPE_MIN``
+        departures and 10 baseline page loads, or without a predicted effect."""
+        s, t = self._sel.get(group), self._sel_p.get(group)
+        if s is None or t is None or s[0] < SLOPE_MIN or s[3] < 10 or t[1] <= 0.0:
+            return None
+        mb = s[4] / s[3]
+        return float(np.clip((t[0] + t[1] - mb * t[2]) / t[1], 0.0, 1.0))
+
     def _charged(self, mean: np.ndarray, group: str) -> tuple[np.ndarray, float]:
         """``greedy_check``: the effects a decision reads and the charge on the greedy choice alone. 'shift' adds the
         group's measured optimism to every configuration's effect but the baseline's; 'on' and 'mean' return it as
-        the greedy choice's charge."""
+        the greedy choice's charge; 'slope' multiplies every predicted gain by the realised share (:meth:`_slope`)."""
+        if self.greedy_check == "slope":
+            b = self._slope(group)
+            return (mean if b is None else np.where(mean < 0.0, b * mean, mean)), 0.0
         d = self._optimism(group)
         if self.greedy_check in ("config", "own"):
             return self._charged_config(mean, group, d if self.greedy_check == "config" else 0.0), 0.0
@@ -1330,10 +1351,13 @@ class TailorPolicy(Policy):
         return mean + excess
 
     def _sel_add(self, group: str, departure: np.ndarray, baseline: np.ndarray, err: np.ndarray,
-                 config: np.ndarray) -> None:
+                 config: np.ndarray, pred: np.ndarray | None = None) -> None:
         """Add prediction errors of a group's page loads to its ``greedy_check`` sums (and the
-        departures' per configuration with 'config' or 'own')."""
+        departures' per configuration with 'config' or 'own'; with 'slope', their predicted effects ``pred``)."""
         s = self._sel.setdefault(group, [0.0] * 6)
+        if self.greedy_check == "slope" and departure.any():
+            p, e = pred[departure], err[departure]
+            self._sel_p.setdefault(group, np.zeros(3))[:] += (float(p @ e), float(p @ p), float(p.sum()))
         for k, m in ((0, departure), (3, baseline)):
             e = err[m]
             s[k], s[k + 1], s[k + 2] = s[k] + len(e), s[k + 1] + float(e.sum()), s[k + 2] + float(e @ e)
@@ -1528,7 +1552,7 @@ class TailorPolicy(Policy):
         if self.greedy_check != "off" and self._n and n_cell >= 10 and decision.arm != SERVED:
             e = np.array([logy - level - float(mean[c])])
             self._sel_add(self._check_key(cell, group), np.array([self._departure(decision)]), np.array([c == self._base]),
-                          e, np.array([c]))
+                          e, np.array([c]), np.array([float(mean[c])]))
         if self.audit and decision.arm != SERVED:
             on = bool(self._n and n_cell >= 10)
             self._audit_add(group, np.array([on and self._departure(decision)]), np.array([on and self._held(decision)]),
@@ -1677,7 +1701,7 @@ class TailorPolicy(Policy):
             sidx = np.fromiter((pos[cell[0]] for cell in cells), np.int64, len(cells))[inv]
             for site, j in pos.items():
                 mine = np.flatnonzero(sidx == j)
-                self._sel_add("w:" + site, dep[mine], bas[mine], err[mine], cfg[mine])
+                self._sel_add("w:" + site, dep[mine], bas[mine], err[mine], cfg[mine], mean[mine])
         keep = np.ones(m, dtype=bool)
         order = np.argsort(gidx, kind="stable")
         bounds = np.searchsorted(gidx[order], np.arange(len(names) + 1))
@@ -1685,7 +1709,7 @@ class TailorPolicy(Policy):
         for j, g in enumerate(names):
             mine = order[bounds[j]:bounds[j + 1]]  # the group's page loads, in order
             if check and self.check_by == "group":
-                self._sel_add(g, dep[mine], bas[mine], err[mine], cfg[mine])
+                self._sel_add(g, dep[mine], bas[mine], err[mine], cfg[mine], mean[mine])
             if self.audit:
                 mine_d = mine[decided[mine]]
                 self._audit_add(g, dep[mine_d], held[mine_d], a_x[mine_d])

@@ -94,6 +94,34 @@ def test_late_runs_are_requeued_and_kept_aside(tmp_path):
     assert list(pd.read_parquet(tmp_path / "discarded.parquet").key) == ["b"]
 
 
+def test_a_conditions_fetches_are_requeued_and_kept_aside(tmp_path):
+    store = Store(tmp_path)
+    for key, cond in (("a", "wpt-fios"), ("b", "wpt-cable"), ("c", "wpt-fios")):
+        store.append({"key": key, "ok": True, "started_unix": 1.0, "completion_ms": 5.0, "run_id": "r",
+                      "condition": cond})
+    with pytest.raises(ParameterError, match="requeue_conditions.*no-such"):
+        store.requeue_conditions(["wpt-fios", "no-such"])
+    assert store.done_keys() == {"a", "b", "c"}  # an unknown name changes nothing
+    assert store.requeue_conditions(["wpt-fios"]) == 2
+    assert store.done_keys() == {"b"}
+    assert sorted(pd.read_parquet(tmp_path / "discarded.parquet").key) == ["a", "c"]
+
+
+def test_serial_runs_every_job_in_one_pool_of_one_longest_first():
+    from tailor.testbed.measure import MEDIUM_WIDTH, pool_groups
+
+    plan = Plan.from_dict({"conditions": ["wpt-fios", "fiber100", "slow-4g"], "sizes": [10240, 1048576],
+                           "configs": [{"cc": "cubic", "iw": 10}], "http": ["1.1"], "reps": 1})
+    jobs = [(j, list(j.fetches)) for j in plan.jobs()]
+    groups = pool_groups(jobs, parallel=3)
+    assert [w for _, w in groups] == [1, MEDIUM_WIDTH, 3]  # fast, medium and slow links side by side
+    assert [[j.condition.name for j, _ in g] for g, _ in groups] == [["fiber100"], ["wpt-fios"], ["slow-4g"]]
+    (only, width), = pool_groups(jobs, parallel=3, serial=True)
+    assert width == 1 and len(only) == 3
+    est = [j.estimate_s() for j, _ in only]
+    assert est == sorted(est, reverse=True)
+
+
 def test_first_flight_parser_ignores_client_packets_and_empty_segments():
     srv = "{:.4f} IP 10.231.0.1.8080 > 10.231.0.2.4000: Flags [.], seq 1:1449, ack 1, length {}"
     cli = "{:.4f} IP 10.231.0.2.4000 > 10.231.0.1.8080: Flags [.], ack 1449, length 0"

@@ -17,6 +17,12 @@ def add_parser(sub) -> None:
     m.add_argument("--out", default=DEFAULT_OUT, help=f"dataset directory (default {DEFAULT_OUT})")
     m.add_argument("--parallel", type=int, default=4, help="concurrent jobs on slow links (default 4)")
     m.add_argument("--budget-min", type=float, default=None, help="start no job after this many minutes")
+    m.add_argument("--requeue-condition", action="append", default=None, metavar="NAME",
+                   help="first move every fetch of this condition to discarded.parquet, so it is measured again "
+                        "(repeatable; with --serial for a short round trip, docs/testbed.md section 4a)")
+    m.add_argument("--serial", action="store_true",
+                   help="one job at a time instead of three pools side by side (the endpoints' CPU time shows at "
+                        "a short round trip)")
     m.add_argument("--requeue-lateness-ms", type=float, default=None,
                    help="re-measure fetches of runs whose emulator p99 lateness exceeded this (ms)")
     ca = tsub.add_parser("campaign", help="adaptive-repetition campaign (one job at a time, A/A batches, lateness "
@@ -150,10 +156,12 @@ def _measure(args) -> int:
     _interrupt_on_term()
     budget = args.budget_min * 60 if args.budget_min else None
     prov = measure(Plan.load(args.plan), Path(args.out), parallel=args.parallel, budget_s=budget,
-                   requeue_lateness_ms=args.requeue_lateness_ms)
-    keys = ("rows", "ok_rows", "fetches_ok", "fetches_failed", "jobs_skipped_budget", "started_utc", "finished_utc")
+                   requeue_lateness_ms=args.requeue_lateness_ms, requeue_conditions=args.requeue_condition,
+                   serial=args.serial)
+    keys = ("rows", "ok_rows", "fetches_ok", "fetches_failed", "fetches_failed_final", "jobs_skipped_budget",
+            "started_utc", "finished_utc")
     print(json.dumps({k: prov.get(k) for k in keys}))
-    return 0 if prov.get("fetches_failed", 0) == 0 else 1
+    return 0 if prov.get("fetches_failed_final", 0) == 0 else 1  # a fetch still without a valid row after its retry
 
 
 def _campaign(args) -> int:

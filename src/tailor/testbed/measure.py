@@ -41,11 +41,14 @@ _STOPPING = threading.Event()
 
 
 def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None = None,
-            console: Console | None = None, requeue_lateness_ms: float | None = None) -> dict:
+            console: Console | None = None, requeue_lateness_ms: float | None = None,
+            requeue_conditions: list[str] | None = None, serial: bool = False) -> dict:
     """Measure every fetch of ``plan`` not yet in ``out_dir``; stop starting jobs after ``budget_s``.
 
     ``requeue_lateness_ms``: first discard (and so re-measure) fetches of runs whose emulator p99 send lateness
-    exceeded this many ms."""
+    exceeded this many ms. ``requeue_conditions``: first discard every fetch of these conditions. ``serial``: one
+    job at a time (no pools side by side), for conditions whose round trip is short enough that the endpoints' CPU
+    time shows."""
     console = console or Console(stderr=True)
     require_tools("nginx", "curl", "openssl", "ip")
     tl_bin = tailor_link_binary()
@@ -54,6 +57,10 @@ def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None
     if requeue_lateness_ms is not None:
         prov["requeued_fetches"] = store.requeue_late_runs(requeue_lateness_ms * 1000)
         prov["requeue_lateness_ms"] = requeue_lateness_ms
+    if requeue_conditions:
+        prov["requeued_condition_fetches"] = store.requeue_conditions(requeue_conditions)
+        prov["requeue_conditions"] = sorted(requeue_conditions)
+    prov["serial"] = bool(serial)
     (store.dir / "plan.json").write_text(json.dumps(plan.to_dict(), indent=1))
     done = store.done_keys()
     jobs = [(j, [f for f in j.fetches if f.key not in done]) for j in plan.jobs()]
@@ -71,7 +78,8 @@ def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None
         else:
             prepare_site(Path(site), plan.sizes, plan.seed)
         try:
-            counts = _run_phases(jobs, Path(site), tl_bin, plan.seed, store, parallel, deadline, console, pages)
+            counts = _run_phases(jobs, Path(site), tl_bin, plan.seed, store, parallel, deadline, console, pages,
+                                 serial)
         finally:
             df = store.compact()
     prov.update(finished_utc=_now(), load_end=list(os.getloadavg()), **counts,
@@ -80,31 +88,47 @@ def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None
     return prov
 
 
-def _run_phases(jobs, site, tl_bin, seed, store, parallel, deadline, console, pages=None) -> dict:
-    by_time = sorted(jobs, key=lambda x: -x[0].estimate_s())  # longest first packs the pools best
-    if pages is not None:  # Chromium needs real CPU itself: page jobs run ``parallel`` at a time (use 1 or 2)
-        heavy, medium, slow = [], [], by_time
-    else:
-        heavy = [x for x in by_time if x[0].condition.down_mbps >= HEAVY_MBPS]
-        medium = [x for x in by_time if MEDIUM_MBPS <= x[0].condition.down_mbps < HEAVY_MBPS]
-        slow = [x for x in by_time if x[0].condition.down_mbps < MEDIUM_MBPS]
+def pool_groups(jobs, parallel: int, pages: bool = False, serial: bool = False) -> list[tuple[list, int]]:
+    """The (jobs, width) groups that run side by side: by down rate (fast links one at a time, medium ones
+    ``MEDIUM_WIDTH``, slow ones ``parallel``); page jobs in one group of ``parallel``; ``serial``: every job in one
+    group of width 1. Longest first within a group (it packs the pools best)."""
+    by_time = sorted(jobs, key=lambda x: -x[0].estimate_s())
+    if serial:
+        return [(by_time, 1)]
+    if pages:  # Chromium needs real CPU itself: page jobs run ``parallel`` at a time (use 1 or 2)
+        return [(by_time, parallel)]
+    heavy = [x for x in by_time if x[0].condition.down_mbps >= HEAVY_MBPS]
+    medium = [x for x in by_time if MEDIUM_MBPS <= x[0].condition.down_mbps < HEAVY_MBPS]
+    slow = [x for x in by_time if x[0].condition.down_mbps < MEDIUM_MBPS]
+    return [(heavy, 1), (medium, MEDIUM_WIDTH), (slow, parallel)]
+
+
+def _run_phases(jobs, site, tl_bin, seed, store, parallel, deadline, console, pages=None, serial=False) -> dict:
+    groups = pool_groups(jobs, parallel, pages is not None, serial)
     total = sum(len(todo) for _, todo in jobs)
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn())
     counts = {"fetches_planned_now": total, "fetches_ok": 0, "fetches_failed": 0, "jobs_skipped_budget": 0,
-              "jobs_heavy": len(heavy), "jobs_medium": len(medium), "jobs_slow": len(slow)}
+              "jobs_by_group": [len(g) for g, _ in groups]}
     with Progress(*cols, console=console) as bar:
         task = bar.add_task("testbed", total=total)
+
+        failed: set[str] = set()
+        valid: set[str] = set()
 
         def on_row(row: dict) -> None:
             store.append(row)
             counts["fetches_ok" if row["ok"] else "fetches_failed"] += 1
+            (valid if row["ok"] else failed).add(row["key"])
             bar.update(task, advance=1, description=f"{row['condition']:>16} {row['cc']:>5} iw{row['iw']:<3}")
 
         def work(j, todo):
             _job_with_retry(j, todo, site, tl_bin, seed, store, on_row, pages)
 
-        _pools([(heavy, 1), (medium, MEDIUM_WIDTH), (slow, parallel)], work, deadline, counts)
+        try:
+            _pools(groups, work, deadline, counts)
+        finally:  # a failed fetch whose retry came back valid is not a failure of the run
+            counts["fetches_failed_final"] = len(failed - valid)
     return counts
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tailor.errors import ParameterError
+
 MEASUREMENTS = "measurements.parquet"
 RUNS = "runs.parquet"
 
@@ -67,6 +69,26 @@ class Store:
             old = pd.read_parquet(path) if path.exists() else pd.DataFrame()
             _write(pd.concat([old, df[bad]], ignore_index=True), path)
             _write(df[~bad].reset_index(drop=True), self.dir / MEASUREMENTS)
+        return int(bad.sum())
+
+    def requeue_conditions(self, conditions: set[str] | list[str]) -> int:
+        """Move every fetch of the named conditions to discarded.parquet, so that the next `measure` fetches them again.
+
+        Why: a short round trip shows the endpoints' CPU time (a TLS handshake at 4 ms RTT), which jobs running side by
+        side inflate even where the emulator kept time (docs/testbed.md section 4a); such a condition is measured
+        again one job at a time (``measure(..., serial=True)``). Unknown names are an error naming them."""
+        self.compact()
+        df = self.measurements()
+        wanted = set(conditions)
+        unknown = sorted(wanted - set(df["condition"])) if not df.empty else sorted(wanted)
+        if unknown:
+            raise ParameterError(f"The 'requeue_conditions' parameter names no measured condition: {', '.join(unknown)} "
+                                 f"(no fetch of it in {self.dir}).")
+        bad = df["condition"].isin(wanted)
+        path = self.dir / "discarded.parquet"
+        old = pd.read_parquet(path) if path.exists() else pd.DataFrame()
+        _write(pd.concat([old, df[bad]], ignore_index=True), path)
+        _write(df[~bad].reset_index(drop=True), self.dir / MEASUREMENTS)
         return int(bad.sum())
 
     def compact(self) -> pd.DataFrame:

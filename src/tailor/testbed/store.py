@@ -63,13 +63,7 @@ class Store:
         if runs.empty or df.empty:
             return 0
         late = set(runs.loc[runs["emu_down_lateness_p99_us"] > max_p99_us, "run_id"])
-        bad = df["run_id"].isin(late)
-        if bad.any():
-            path = self.dir / "discarded.parquet"
-            old = pd.read_parquet(path) if path.exists() else pd.DataFrame()
-            _write(pd.concat([old, df[bad]], ignore_index=True), path)
-            _write(df[~bad].reset_index(drop=True), self.dir / MEASUREMENTS)
-        return int(bad.sum())
+        return self._discard(df, df["run_id"].isin(late))
 
     def requeue_conditions(self, conditions: set[str] | list[str]) -> int:
         """Move every fetch of the named conditions to discarded.parquet, so that the next `measure` fetches them again.
@@ -84,11 +78,16 @@ class Store:
         if unknown:
             raise ParameterError(f"The 'requeue_conditions' parameter names no measured condition: {', '.join(unknown)} "
                                  f"(no fetch of it in {self.dir}).")
-        bad = df["condition"].isin(wanted)
-        path = self.dir / "discarded.parquet"
-        old = pd.read_parquet(path) if path.exists() else pd.DataFrame()
-        _write(pd.concat([old, df[bad]], ignore_index=True), path)
-        _write(df[~bad].reset_index(drop=True), self.dir / MEASUREMENTS)
+        return self._discard(df, df["condition"].isin(wanted))
+
+    def _discard(self, df: pd.DataFrame, bad: pd.Series) -> int:
+        """Append the rows ``bad`` selects to discarded.parquet, then keep the others as the measurements (so a crash
+        in between leaves a row in both, never in neither); the number moved."""
+        if bad.any():
+            path = self.dir / "discarded.parquet"
+            old = pd.read_parquet(path) if path.exists() else pd.DataFrame()
+            _write(pd.concat([old, df[bad]], ignore_index=True), path)
+            _write(df[~bad].reset_index(drop=True), self.dir / MEASUREMENTS)
         return int(bad.sum())
 
     def compact(self) -> pd.DataFrame:

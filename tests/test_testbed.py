@@ -107,6 +107,30 @@ def test_a_conditions_fetches_are_requeued_and_kept_aside(tmp_path):
     assert sorted(pd.read_parquet(tmp_path / "discarded.parquet").key) == ["a", "c"]
 
 
+def test_runs_with_handshakes_slower_than_their_conditions_quietest_are_requeued(tmp_path):
+    from tailor.testbed.store import handshake_excess
+
+    store = Store(tmp_path)
+    # (run, condition, TLS handshake ms per fetch): "busy" is contended throughout (every handshake slower), "lossy"
+    # lost one handshake packet (one slow fetch: the lower quartile ignores it), "short" has too few fetches to judge
+    runs = {"quiet": ("wpt-fios", [4.1, 4.0, 4.3, 4.2]), "busy": ("wpt-fios", [40.0, 21.0, 55.0, 46.0]),
+            "lossy": ("wpt-fios", [4.2, 4.1, 204.0, 4.4]), "short": ("wpt-fios", [90.0, 95.0]),
+            "other": ("slow-4g", [160.0, 161.0, 159.0, 162.0])}
+    for run, (cond, tls) in runs.items():
+        for i, ms in enumerate(tls):
+            store.append({"key": f"{run}{i}", "ok": True, "started_unix": 1.0, "completion_ms": 50.0, "run_id": run,
+                          "condition": cond, "t_connect": 0.010, "t_tls": 0.010 + ms / 1000, "page": None})
+    h = handshake_excess(store.measurements()).set_index("run_id")
+    assert h.loc["quiet", "excess_ms"] == 0 and h.loc["other", "excess_ms"] == 0  # each condition's own reference
+    assert h.loc["busy", "excess_ms"] > 20 and h.loc["lossy", "excess_ms"] < 1
+    assert pd.isna(h.loc["short", "excess_ms"])
+    with pytest.raises(ParameterError, match="max_excess_ms"):
+        store.requeue_slow_handshakes(-1)
+    assert store.requeue_slow_handshakes(5.0) == 4
+    assert store.done_keys() == {f"{r}{i}" for r in ("quiet", "lossy", "other") for i in range(4)} | {"short0", "short1"}
+    assert sorted(pd.read_parquet(tmp_path / "discarded.parquet").run_id.unique()) == ["busy"]
+
+
 def test_serial_runs_every_job_in_one_pool_of_one_longest_first():
     from tailor.testbed.measure import MEDIUM_WIDTH, pool_groups
 

@@ -25,6 +25,9 @@ def add_parser(sub) -> None:
                         "a short round trip)")
     m.add_argument("--requeue-lateness-ms", type=float, default=None,
                    help="re-measure fetches of runs whose emulator p99 lateness exceeded this (ms)")
+    m.add_argument("--requeue-handshake-ms", type=float, default=None,
+                   help="re-measure fetches of runs whose TLS handshakes (lower quartile) were slower than their "
+                        "condition's quietest run's by more than this (ms): the endpoints' CPU contention")
     ca = tsub.add_parser("campaign", help="adaptive-repetition campaign (one job at a time, A/A batches, lateness "
                                           "requeue, committed pieces; resumable)")
     ca.add_argument("--plan", required=True, help="plan JSON (its 'reps' is ignored: the adaptive rule decides)")
@@ -157,7 +160,7 @@ def _measure(args) -> int:
     budget = args.budget_min * 60 if args.budget_min else None
     prov = measure(Plan.load(args.plan), Path(args.out), parallel=args.parallel, budget_s=budget,
                    requeue_lateness_ms=args.requeue_lateness_ms, requeue_conditions=args.requeue_condition,
-                   serial=args.serial)
+                   serial=args.serial, requeue_handshake_ms=args.requeue_handshake_ms)
     keys = ("rows", "ok_rows", "fetches_ok", "fetches_failed", "fetches_failed_final", "jobs_skipped_budget",
             "started_utc", "finished_utc")
     print(json.dumps({k: prov.get(k) for k in keys}))

@@ -42,11 +42,15 @@ _STOPPING = threading.Event()
 
 def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None = None,
             console: Console | None = None, requeue_lateness_ms: float | None = None,
-            requeue_conditions: list[str] | None = None, serial: bool = False) -> dict:
+            requeue_conditions: list[str] | None = None, serial: bool = False,
+            requeue_handshake_ms: float | None = None) -> dict:
     """Measure every fetch of ``plan`` not yet in ``out_dir``; stop starting jobs after ``budget_s``.
 
     ``requeue_lateness_ms``: first discard (and so re-measure) fetches of runs whose emulator p99 send lateness
-    exceeded this many ms. ``requeue_conditions``: first discard every fetch of these conditions. ``serial``: one
+    exceeded this many ms. ``requeue_handshake_ms``: first discard fetches of runs whose TLS handshakes were slower
+    than their condition's quietest run's by more than this (``Store.requeue_slow_handshakes``: the endpoints' CPU
+    contention the lateness check cannot see). ``requeue_conditions``: first discard every fetch of these
+    conditions. ``serial``: one
     job at a time (no pools side by side), for conditions whose round trip is short enough that the endpoints' CPU
     time shows."""
     console = console or Console(stderr=True)
@@ -57,6 +61,9 @@ def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None
     if requeue_lateness_ms is not None:
         prov["requeued_fetches"] = store.requeue_late_runs(requeue_lateness_ms * 1000)
         prov["requeue_lateness_ms"] = requeue_lateness_ms
+    if requeue_handshake_ms is not None:
+        prov["requeued_handshake_fetches"] = store.requeue_slow_handshakes(requeue_handshake_ms)
+        prov["requeue_handshake_ms"] = requeue_handshake_ms
     if requeue_conditions:
         prov["requeued_condition_fetches"] = store.requeue_conditions(requeue_conditions)
         prov["requeue_conditions"] = sorted(requeue_conditions)

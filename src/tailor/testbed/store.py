@@ -9,13 +9,14 @@ crash or Ctrl-C loses no finished fetch, and nothing is measured twice.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from pathlib import Path
 
 import pandas as pd
 
-from tailor.errors import ParameterError
+from tailor.errors import ParameterError, check
 
 MEASUREMENTS = "measurements.parquet"
 RUNS = "runs.parquet"
@@ -80,6 +81,24 @@ class Store:
                                  f"(no fetch of it in {self.dir}).")
         return self._discard(df, df["condition"].isin(wanted))
 
+    def requeue_slow_handshakes(self, max_excess_ms: float) -> int:
+        """Move fetches of runs whose TLS handshakes were slower than the same condition's quietest run's by more
+        than ``max_excess_ms`` (:func:`handshake_excess`) to discarded.parquet, so that they are measured again.
+
+        Why: the emulator keeping time does not make the endpoints' CPU time small; jobs side by side on two cores
+        inflate every fetch of a run at a short round trip (docs/testbed.md section 4a). The handshake is the same
+        bytes in every configuration, so a run's handshakes slower than its condition's quietest run's are the
+        machine's, not the configuration's."""
+        check(math.isfinite(max_excess_ms) and max_excess_ms > 0, "requeue_slow_handshakes", "max_excess_ms",
+              "a positive number of ms", max_excess_ms)
+        self.compact()
+        df = self.measurements()
+        if df.empty:
+            return 0
+        h = handshake_excess(df)
+        slow = set(h.loc[h["excess_ms"] > max_excess_ms, "run_id"])
+        return self._discard(df, df["run_id"].isin(slow))
+
     def _discard(self, df: pd.DataFrame, bad: pd.Series) -> int:
         """Append the rows ``bad`` selects to discarded.parquet, then keep the others as the measurements (so a crash
         in between leaves a row in both, never in neither); the number moved."""
@@ -103,6 +122,34 @@ class Store:
             for name in ("journal.jsonl", "runs.jsonl"):
                 (self.dir / name).unlink(missing_ok=True)
         return df
+
+
+HANDSHAKE_QUANTILE = 0.25  # a run's handshakes: the machine's contention lifts them all, a lost packet only some
+HANDSHAKE_MIN_FETCHES = 3
+
+
+def handshake_excess(df: pd.DataFrame) -> pd.DataFrame:
+    """Per run of object fetches (curl): the lower quartile of its TLS handshake times (``t_tls - t_connect``, ms)
+    and its excess over the lowest such quartile among the runs of the same condition with at least
+    ``HANDSHAKE_MIN_FETCHES`` valid fetches (runs with fewer get no excess: NaN).
+
+    The server's handshake flight (an EC P-256 certificate) fits every initial window measured, so the handshake
+    does not depend on the configuration: what separates two runs of one condition is the machine (or a loss on
+    more than a quarter of a run's handshakes, which the quartile leaves to the upper part)."""
+    cols = ["run_id", "condition", "t_tls", "t_connect", "ok"]
+    if df.empty or any(c not in df for c in cols):
+        return pd.DataFrame(columns=["run_id", "condition", "fetches", "q_ms", "excess_ms"])
+    d = df[df["ok"].astype(bool)]
+    if "page" in d:
+        d = d[d["page"].isna() | (d["page"] == "")]
+    tls = (pd.to_numeric(d["t_tls"], errors="coerce") - pd.to_numeric(d["t_connect"], errors="coerce")) * 1000.0
+    d = d.assign(tls_ms=tls)[tls.notna() & (tls > 0)]
+    g = d.groupby("run_id").agg(condition=("condition", "first"), fetches=("tls_ms", "size"),
+                                q_ms=("tls_ms", lambda x: float(x.quantile(HANDSHAKE_QUANTILE)))).reset_index()
+    enough = g["fetches"] >= HANDSHAKE_MIN_FETCHES
+    ref = g[enough].groupby("condition")["q_ms"].min()
+    g["excess_ms"] = (g["q_ms"] - g["condition"].map(ref)).where(enough)
+    return g
 
 
 def _merge(parquet: Path, journal: Path) -> pd.DataFrame:

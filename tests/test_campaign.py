@@ -83,6 +83,31 @@ def test_rounds_bring_unresolved_cells_up_and_stop_at_resolution():
     assert c.loc["bbr", "lo_ms"] < c.loc["bbr", "median_ms"] < c.loc["bbr", "hi_ms"]
 
 
+def test_a_run_with_slow_handshakes_is_measured_again_in_the_next_round(tmp_path):
+    """With ``handshake_ms`` a round starts by requeueing runs whose TLS handshakes were slower than their condition's
+    quietest run's (the machine's, not the configuration's); the cell is measured again and the old rows are kept."""
+    plan = Plan.from_dict({**TINY, "http": ["1.1"], "configs": [{"cc": "cubic", "iw": 10}, {"cc": "bbr", "iw": 32}]})
+    calls = []
+
+    def scripted(job, todo, on_row):  # the first bbr job ran beside something that slowed its endpoints
+        busy = job.transport.cc == "bbr" and not any(c == "bbr" for c in calls)
+        calls.append(job.transport.cc)
+        run_id = f"{job.name}|{len(calls)}"
+        for f in todo:
+            tls_ms = 30.0 if busy else 10.5
+            on_row({"key": f.key, "ok": True, "started_unix": float(len(calls)), "run_id": run_id,
+                    "completion_ms": 60.0 + tls_ms, "condition": job.condition.name, "cc": job.transport.cc,
+                    "iw": job.transport.iw, "rto_min_ms": 200, "http": f.http, "size_bytes": f.size, "rep": f.rep,
+                    "page": "", "loss": 0.0, "t_connect": 0.010, "t_tls": 0.010 + tls_ms / 1000})
+        return {"run_id": run_id, "emu_down_lateness_p99_us": 50.0}
+
+    out = campaign(plan, tmp_path, Adaptive(min_reps=6, step=3, max_reps=6), run_job=scripted, handshake_ms=5.0)
+    assert out["stop"] == "done" and out["requeued_fetches"] == 6 and calls == ["cubic", "bbr", "bbr"]
+    df = pd.read_parquet(tmp_path / "measurements.parquet")
+    assert len(df) == 12 and (df["completion_ms"] == 70.5).all()
+    assert len(pd.read_parquet(tmp_path / "discarded.parquet")) == 6
+
+
 def test_conditions_below_min_reps_come_first():
     """A campaign run in pieces covers every condition before it narrows the first ones' intervals."""
     second = {"name": "c-5m-50ms", "down_mbps": 5, "up_mbps": 5, "rtt_ms": 50, "loss": 0.0, "family": "test",

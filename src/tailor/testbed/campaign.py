@@ -5,7 +5,10 @@ What it adds to ``tailor testbed measure`` (same plans, jobs, keys, journal and 
 * **One job at a time.** Nothing else of the campaign runs beside a measurement; the machine's load is recorded
   per fetch and per run as always.
 * **Emulator lateness checked.** Before every round, the fetches of runs whose emulator send-lateness p99 exceeded
-  ``lateness_ms`` are moved to ``discarded.parquet`` (``Store.requeue_late_runs``) and so measured again.
+  ``lateness_ms`` are moved to ``discarded.parquet`` (``Store.requeue_late_runs``) and so measured again; with
+  ``handshake_ms``, so are those of runs whose TLS handshakes were slower than their condition's quietest run's by
+  more than that (``Store.requeue_slow_handshakes``: other processes' load on the endpoints, which the emulator's
+  lateness does not show).
 * **Adaptive repetitions per cell** (condition x workload x configuration x HTTP version): every cell gets
   ``min_reps`` valid repetitions, then ``step`` more per round while the distribution-free 95% interval of its
   median (order statistics, :func:`median_interval`) is wider than +-``target`` of the median, up to ``max_reps``.
@@ -210,7 +213,7 @@ def aa_check(df: pd.DataFrame, adaptive: Adaptive = Adaptive()) -> pd.DataFrame:
 
 def campaign(plan: Plan, out_dir: Path, adaptive: Adaptive = Adaptive(), aa: Transport | None = None,
              budget_s: float | None = None, lateness_ms: float = 2.0, commit: bool = False, max_jobs: int | None = None,
-             run_job=None, console=None) -> dict:
+             run_job=None, console=None, handshake_ms: float | None = None) -> dict:
     """Run rounds until every cell is resolved or capped, the budget is spent or ``max_jobs`` jobs ran.
 
     ``run_job(job, todo, on_row) -> run dict`` measures one job (default: the real harness, :func:`harness`)."""
@@ -222,7 +225,8 @@ def campaign(plan: Plan, out_dir: Path, adaptive: Adaptive = Adaptive(), aa: Tra
     store = Store(out_dir)
     if run_job is None:
         with harness(plan, store.dir) as real:
-            return campaign(plan, out_dir, adaptive, aa, budget_s, lateness_ms, commit, max_jobs, real, console)
+            return campaign(plan, out_dir, adaptive, aa, budget_s, lateness_ms, commit, max_jobs, real, console,
+                            handshake_ms)
     (store.dir / "plan.json").write_text(json.dumps({**plan.to_dict(), "adaptive": adaptive.__dict__,
                                                      "aa": aa.__dict__ if aa else None}, indent=1))
     deadline = time.monotonic() + (budget_s if budget_s else 1e12)
@@ -230,6 +234,8 @@ def campaign(plan: Plan, out_dir: Path, adaptive: Adaptive = Adaptive(), aa: Tra
     stop = None
     while stop is None:
         requeued += store.requeue_late_runs(lateness_ms * 1000)  # compacts too
+        if handshake_ms is not None:
+            requeued += store.requeue_slow_handshakes(handshake_ms)
         jobs = round_jobs(plan, store.measurements(), adaptive, aa)
         if not jobs:
             stop = "done"

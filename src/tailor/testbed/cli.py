@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
     ca.add_argument("--target", type=float, default=0.03, help="relative half-width of the median's 95%% interval (default 0.03)")
     ca.add_argument("--aa", default=None, metavar="CC:IW", help="measure this configuration as two A/A batches per condition")
     ca.add_argument("--lateness-ms", type=float, default=2.0, help="re-measure runs whose emulator p99 lateness exceeded this")
+    ca.add_argument("--handshake-ms", type=float, default=None,
+                    help="also re-measure runs whose TLS handshakes were slower than their condition's quietest "
+                         "run's by more than this (ms)")
     ca.add_argument("--budget-h", type=float, default=None, help="start no job after this many hours")
     ca.add_argument("--max-jobs", type=int, default=None, help="stop after this many jobs (a piece)")
     ca.add_argument("--commit", action="store_true", help="git-commit the dataset directory after every condition")
@@ -183,7 +186,7 @@ def _campaign(args) -> int:
         print(json.dumps(estimate(Plan.load(args.plan), adaptive, aa, Path(args.out))))
         return 0
     out = campaign(Plan.load(args.plan), Path(args.out), adaptive, aa, budget_s=args.budget_h * 3600 if args.budget_h else None, lateness_ms=args.lateness_ms,
-                   commit=args.commit, max_jobs=args.max_jobs)
+                   commit=args.commit, max_jobs=args.max_jobs, handshake_ms=args.handshake_ms)
     print(json.dumps(out))
     return 0
 

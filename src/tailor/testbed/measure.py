@@ -50,9 +50,8 @@ def measure(plan: Plan, out_dir: Path, parallel: int = 3, budget_s: float | None
     exceeded this many ms. ``requeue_handshake_ms``: first discard fetches of runs whose TLS handshakes were slower
     than their condition's quietest run's by more than this (``Store.requeue_slow_handshakes``: the endpoints' CPU
     contention the lateness check cannot see). ``requeue_conditions``: first discard every fetch of these
-    conditions. ``serial``: one
-    job at a time (no pools side by side), for conditions whose round trip is short enough that the endpoints' CPU
-    time shows."""
+    conditions. ``serial``: one job at a time (no pools side by side), for conditions whose round trip is short
+    enough that the endpoints' CPU time shows."""
     console = console or Console(stderr=True)
     require_tools("nginx", "curl", "openssl", "ip")
     tl_bin = tailor_link_binary()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
+from testbed_requeue import cells  # bench/ is the script's directory, first on sys.path
 
 KEYS = ["condition", "size_bytes", "cc", "iw", "rto_min_ms", "http"]
 DEFAULT = {"cc": "cubic", "iw": 10, "http": "1.1"}
@@ -60,18 +60,6 @@ def verdicts(p: pd.DataFrame) -> pd.DataFrame:
     return q
 
 
-def cells(p: pd.DataFrame) -> pd.DataFrame:
-    rows = []
-    for (cond, size), c in p.groupby(["condition", "size_bytes"]):
-        if len(c) < 3:
-            continue
-        b_old, b_all = c["old"].idxmin(), c["all"].idxmin()
-        rows.append({"condition": cond, "size_bytes": int(size), "configs": len(c),
-                     "rho": float(spearmanr(c["old"], c["all"]).statistic), "same_best": bool(b_old == b_all),
-                     "old_best_cost": float(c.loc[b_old, "all"] / c.loc[b_all, "all"] - 1)})
-    return pd.DataFrame(rows)
-
-
 def q3(x) -> list[float]:
     return [round(float(v), 3) for v in np.quantile(np.asarray(x, float), [0.1, 0.5, 0.9])]
 
@@ -87,7 +75,7 @@ def main() -> None:
     if p.empty:
         raise SystemExit(f"{ds}: no point has repetitions below and from {a.first}")
     v = verdicts(p)
-    c = cells(p)
+    c = cells(p, new="all")
     summary = {
         "dataset": str(ds), "first": a.first, "points": int(len(p)), "conditions": int(p["condition"].nunique()),
         "reps_old_median": float(p["n_old"].median()), "reps_new_median": float(p["n_new"].median()),
@@ -101,7 +89,7 @@ def main() -> None:
         "cdn_static_slow_before": int(v[_is(v, CDN_STATIC)]["slow_before"].sum()),
         "cdn_static_slow_after": int(v[_is(v, CDN_STATIC)]["slow_after"].sum()),
         "cdn_static_points": int(_is(v, CDN_STATIC).sum()),
-        "cells": int(len(c)), "cells_same_best": int(c["same_best"].sum()) if len(c) else 0,
+        "cells": int(len(c)), "cells_same_best": int(c["best_agrees"].sum()) if len(c) else 0,
         "cells_rho_median": round(float(c["rho"].median()), 3) if len(c) else None,
         "old_best_cost_p50_p90_max": ([round(float(x), 3) for x in np.quantile(c["old_best_cost"], [0.5, 0.9, 1.0])]
                                       if len(c) else None),

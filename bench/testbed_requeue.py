@@ -49,18 +49,19 @@ def points(m: pd.DataFrame) -> pd.DataFrame:
     return g
 
 
-def cells(p: pd.DataFrame) -> pd.DataFrame:
-    """Per (condition, size) with at least three configurations: does the best agree, Spearman rho old vs new."""
+def cells(p: pd.DataFrame, new: str = "new") -> pd.DataFrame:
+    """Per (condition, size) with at least three configurations: does the best agree, Spearman rho of the ``old``
+    medians and those in column ``new``."""
     rows = []
     for (cond, size), c in p.groupby(["condition", "size_bytes"]):
         if len(c) < 3:
             continue
-        rho = spearmanr(c["old"], c["new"]).statistic
-        best_old, best_new = c["old"].idxmin(), c["new"].idxmin()
+        rho = spearmanr(c["old"], c[new]).statistic
+        best_old, best_new = c["old"].idxmin(), c[new].idxmin()
         rows.append({"condition": cond, "size_bytes": int(size), "configs": len(c), "rho": float(rho),
                      "best_agrees": bool(best_old == best_new),
                      # what keeping the old best costs under the new medians
-                     "old_best_cost": float(c.loc[best_old, "new"] / c["new"].min() - 1.0)})
+                     "old_best_cost": float(c.loc[best_old, new] / c[new].min() - 1.0)})
     return pd.DataFrame(rows)
 
 

@@ -2,6 +2,7 @@
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,14 @@ def oracle():
 
 @pytest.fixture(scope="session")
 def bench_script():
-    """Load a script of bench/ by name as a module (bench/ is not a package)."""
+    """Load a script of bench/ by name as a module (bench/ is not a package). bench/ goes on sys.path, as it is first
+    there when a script runs, so that a script can import a sibling's functions."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    if str(bench) not in sys.path:
+        sys.path.append(str(bench))
+
     def load(name: str):
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "bench" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod

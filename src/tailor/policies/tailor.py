@@ -1997,18 +1997,19 @@ class TailorPolicy(Policy):
         if into is not None:  # budget_unit='both': the slack in page loads, per play, from the same posterior
             into.update(self._load_slack(gidx, names, delta, sd, loads))
         z, a = self.budget_z, self.alpha
-        nonbase = np.ones(played.shape[1], dtype=bool)
-        nonbase[self._base] = False
-        active = (played > 0) & nonbase[None, :] & (delta + z * sd > self._floor)
-        at_floor = (played > 0) & nonbase[None, :] & ~active
+        pos = played > 0
+        pos[:, self._base] = False  # played, not the baseline
+        active = pos & (delta + z * sd > self._floor)
         groups_n = len(names)
-        floor_term = np.where(at_floor, played * ((1.0 + a) * math.exp(-max(self._floor, -50.0)) - 1.0), 0.0) \
-            if math.isfinite(self._floor) else np.zeros_like(played)
         base_term = played[:, self._base] * a
-        fixed = np.bincount(gidx, base_term + floor_term.sum(axis=1), groups_n)
-        w = np.where(active, (1.0 + a) * played * np.exp(-delta), 0.0)  # d S / d(-delta)
-        mean_term = np.bincount(gidx, np.where(active, played * ((1.0 + a) * np.exp(-delta) - 1.0), 0.0).sum(axis=1),
-                                groups_n)
+        if math.isfinite(self._floor):  # credit 'none': a pair bounded at the floor counts at the floor
+            at_floor = pos & ~active
+            floor_term = np.where(at_floor, played * ((1.0 + a) * math.exp(-max(self._floor, -50.0)) - 1.0), 0.0)
+            base_term = base_term + floor_term.sum(axis=1)
+        fixed = np.bincount(gidx, base_term, groups_n)
+        e = np.exp(-delta)
+        w = np.where(active, (1.0 + a) * played * e, 0.0)  # d S / d(-delta)
+        mean_term = np.bincount(gidx, np.where(active, played * ((1.0 + a) * e - 1.0), 0.0).sum(axis=1), groups_n)
         # the shared coefficients: one aggregated design per group, A = sum w * shrink * scale * (psi slots x d_c)
         coef = w * shrink * scale
         var = np.zeros(groups_n)
@@ -2021,16 +2022,17 @@ class TailorPolicy(Policy):
             rows, slots = np.nonzero(ok)
             at = gidx[rows] * self._n_int + pidx[rows, slots]
             vals = pval[rows, slots, None] * direction[rows]
-            for k in range(self._n_e):  # np.add.at by columns (bincount adds in the same order, much faster)
-                agg[:, :, k] += np.bincount(at, vals[:, k], groups_n * self._n_int).reshape(groups_n, self._n_int)
+            # np.add.at as one bincount over (slot, column) bins: each bin adds its entries in row order, as per column
+            agg += np.bincount((at[:, None] * self._n_e + np.arange(self._n_e)).ravel(), vals.ravel(),
+                               groups_n * self._n_int * self._n_e).reshape(agg.shape)
             flat = agg.reshape(groups_n, -1)
             cov = self._cov_blocks.transpose(0, 2, 1, 3).reshape(flat.shape[1], flat.shape[1])
             var += np.einsum("gi,gi->g", flat @ cov, flat)
             # the pools: fully correlated within a group per configuration (an upper bound)
-            pooled = np.zeros((groups_n, played.shape[1]))
+            n_c = played.shape[1]
             pv = coef * np.sqrt(pool_var)
-            for c in range(played.shape[1]):
-                pooled[:, c] += np.bincount(gidx, pv[:, c], groups_n)
+            pooled = np.bincount((gidx[:, None] * n_c + np.arange(n_c)).ravel(), pv.ravel(),
+                                 groups_n * n_c).reshape(groups_n, n_c)  # per (group, configuration), in cell order
             var += np.sum(pooled ** 2, axis=1)
             # each cell's own part: what its posterior variance holds beyond the shared and pooled parts
             own = np.maximum(sd ** 2 - (shrink * scale) ** 2 * (sd_s ** 2 + pool_var), 0.0)

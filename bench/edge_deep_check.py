@@ -6,7 +6,7 @@ EDGE only behind one BDP (``2g-edge``, ``2g-edge-lossy``), so ``--oracle measure
 1-BDP measurements times the model's buffer effect; on held-out cellular worlds most of the baseline's "degraded"
 page loads are there (docs/tailor.md, "Outside the tuning set" and Next steps). ``data/oracle/plans/edge-deep-check.json``
 measures EDGE (0.24 Mbit/s down, 0.2 up, 840 ms, no loss) behind 5.26 BDP (89 packets) into its own directory, which
-no oracle reads; this script compares, per object size, the measured medians with what ``--oracle measured`` (and the
+no oracle reads, and ``cellular-deep-check.json`` tb-v2's FCC+ 3G and 4G peak rows behind the same buffer; this script compares, per object size, the measured medians with what ``--oracle measured`` (and the
 model) predict at that condition, on what decides a page load's verdict: each configuration's time against the
 registry default's (cubic, IW 10, HTTP/1.1), and whether it is more than 5% slower.
 
@@ -33,6 +33,7 @@ from tailor.oracle.validate import cell_scores, predict_cell
 DEFAULT = ("cubic", 10, 200, "1.1")
 DEGRADED = math.log(1.05)
 ORACLES = ("measured", "model")
+REFERENCE = "edge-deep=2g-edge,3g-peak-deep=3g-peak,4g-peak-deep=4g-peak"
 
 
 def compare(measured: np.ndarray, predicted: np.ndarray, keys: list[tuple]) -> dict:
@@ -51,18 +52,19 @@ def compare(measured: np.ndarray, predicted: np.ndarray, keys: list[tuple]) -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="data/oracle/tb-edge-deep")
-    ap.add_argument("--reference", default="2g-edge", help="tb-v2's 1-BDP EDGE condition, for the buffer's effect")
+    ap.add_argument("--reference", default=REFERENCE,
+                    help="deep=shallow pairs: each measured condition's one-BDP counterpart in tb-v2, for the buffer's effect")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     started = time.time()
     new = MeasuredOracle(Path(args.dataset), pages="measured", page_dataset=Path(args.dataset), page_extra=())
     ref = select_oracle("measured", "core")  # what `tailor evaluate --oracle measured` reads; without the new data
-    shallow = ref.table[ref.table["condition"] == args.reference]
+    pairs = dict(p.split("=", 1) for p in args.reference.split(",") if p)
     out = {"cells": []}
     print(f"{args.dataset}: measured medians against what the oracles predict there (the oracle {ref.name})")
-    print("| workload | oracle | rho | cost of its choice | median abs log error | contrast error (median) | "
+    print("| condition | workload | oracle | rho | cost of its choice | median abs log error | contrast error (median) | "
           "'> 5% slower' verdicts agree | slower: measured / oracle |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (cond, workload), cell in new.table.groupby(["condition", "workload"], sort=True):
         cell = cell.drop_duplicates(KEYS).reset_index(drop=True)
         keys = [(r.cc, int(r.iw), int(r.rto_min_ms), str(r.http)) for r in cell.itertuples()]
@@ -75,21 +77,22 @@ def main() -> None:
             pred = predict_cell(name, ref, cell, workload)
             s = compare(measured, pred, keys)
             row["oracles"][name] = s
-            print(f"| {workload} | {name} | {s['rho']:.2f} | {100 * s['cost']:.1f}% | {s['log_error']:.3f} | "
+            print(f"| {cond} | {workload} | {name} | {s['rho']:.2f} | {100 * s['cost']:.1f}% | {s['log_error']:.3f} | "
                   f"{s['contrast_error_median']:.3f} | {100 * s['verdict_agrees']:.0f}% | "
                   f"{s['slower_measured']} / {s['slower_oracle']} of {s['configs']} |")
-        base = shallow[shallow["workload"] == workload].drop_duplicates(KEYS).set_index(KEYS)["median"]
+        shallow = ref.table[(ref.table["condition"] == pairs.get(cond, "")) & (ref.table["workload"] == workload)]
+        base = shallow.drop_duplicates(KEYS).set_index(KEYS)["median"]
         deep = pd.Series(measured, index=pd.MultiIndex.from_tuples(keys, names=KEYS))
         both = deep.index.intersection(base.index)
         if len(both):
             ratio = np.log(deep[both] / base[both])
-            row["deep_vs_shallow"] = {"configs": int(len(both)), "log_ratio_median": float(ratio.median()),
+            row["deep_vs_shallow"] = {"reference": pairs[cond], "configs": int(len(both)), "log_ratio_median": float(ratio.median()),
                                       "log_ratio_min": float(ratio.min()), "log_ratio_max": float(ratio.max())}
         out["cells"].append(row)
     for row in out["cells"]:
         d = row.get("deep_vs_shallow")
         if d:
-            print(f"{row['workload']}: deep buffer vs {args.reference} (1 BDP, 0.25 Mbit/s, 720 ms), log ratio per "
+            print(f"{row['condition']} {row['workload']}: against {d['reference']} (one BDP), log ratio per "
                   f"configuration median {d['log_ratio_median']:+.3f} (range {d['log_ratio_min']:+.3f} .. "
                   f"{d['log_ratio_max']:+.3f}, {d['configs']} configurations); repetitions median "
                   f"{row['reps_median']:.0f}, CV median {row['cv_median']:.3f}")

@@ -57,6 +57,22 @@ def save(path: Path, data: dict) -> None:
     os.replace(tmp, path)  # atomic: the file is either the old or the new complete campaign
 
 
+def store_runs(path: Path, scenario: str, oracle: str, seeds, run_seed) -> None:
+    """Run ``run_seed(seed)`` for every seed of (scenario, oracle) not yet in the campaign file ``path``, storing each
+    run as it finishes (resumable) and printing ``tailor``'s figures (bench/tailor_unseen.py, bench/tailor_stress.py)."""
+    data = load(path)
+    for seed in seeds:
+        k = key(scenario, oracle, seed)
+        if k in data["runs"]:
+            continue
+        run = run_seed(seed)
+        data["runs"][k] = run
+        save(path, data)
+        t = {s["policy"]: s for s in run["summaries"]}["tailor"]
+        print(f"{k}: tailor p50 {100 * t['p50']:+.1f}% degraded {100 * t['degraded_share']:.2f}% "
+              f"gap {100 * t['median_gap_to_optimal']:.1f}% ({run['meta']['wall_s']:.0f} s)", flush=True)
+
+
 def run_one(scenario: str, oracle_name: str, seed: int) -> dict:
     oracle = select_oracle(oracle_name, "core")
     return run_world(load_scenario(scenario, seed=seed, websites=sorted(oracle.websites)), oracle, seed)

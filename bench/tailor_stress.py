@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tailor_acceptance import key, load, run_world, save  # bench/ is the script's directory, first on sys.path
+from tailor_acceptance import run_world, store_runs  # bench/ is the script's directory, first on sys.path
 
 from tailor.oracle.select import select_oracle
 from tailor.scenario.facts import Condition
@@ -83,17 +83,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="one file per process (merge them with "
                     "bench/tailor_acceptance.py --merge)")
     a = ap.parse_args()
-    data = load(a.out)
-    for seed in (int(s) for s in a.seeds.split(",")):
-        k = key(a.population, a.oracle, seed)
-        if k in data["runs"]:
-            continue
-        run = run_one(a.population, a.oracle, seed, a.sessions)
-        data["runs"][k] = run
-        save(a.out, data)
-        t = {s["policy"]: s for s in run["summaries"]}["tailor"]
-        print(f"{k}: tailor p50 {100 * t['p50']:+.1f}% degraded {100 * t['degraded_share']:.2f}% "
-              f"gap {100 * t['median_gap_to_optimal']:.1f}% ({run['meta']['wall_s']:.0f} s)", flush=True)
+    store_runs(a.out, a.population, a.oracle, [int(s) for s in a.seeds.split(",")], lambda seed: run_one(a.population, a.oracle, seed, a.sessions))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,12 @@ no oracle reads, and ``cellular-deep-check.json`` tb-v2's FCC+ 3G and 4G peak ro
 model) predict at that condition, on what decides a page load's verdict: each configuration's time against the
 registry default's (cubic, IW 10, HTTP/1.1), and whether it is more than 5% slower.
 
-Usage: PYTHONPATH=src .venv/bin/python bench/edge_deep_check.py [--dataset data/oracle/tb-edge-deep] [--json FILE].
-Reads only.
+Since the measured oracle reads tb-edge-deep itself (``OBJECT_EXTRA``, 2026-12-06), each condition is predicted
+without itself (leave-one-condition-out, as ``tailor oracle validate``), so the check stays held out.
+``--buffer-unit U`` / ``--no-extra`` check the oracle with another buffer unit / without the extra campaigns.
+
+Usage: PYTHONPATH=src .venv/bin/python bench/edge_deep_check.py [--dataset data/oracle/tb-edge-deep]
+[--buffer-unit U] [--no-extra] [--json FILE]. Reads only.
 """
 
 from __future__ import annotations
@@ -54,14 +58,20 @@ def main() -> None:
     ap.add_argument("--dataset", default="data/oracle/tb-edge-deep")
     ap.add_argument("--reference", default=REFERENCE,
                     help="deep=shallow pairs: each measured condition's one-BDP counterpart in tb-v2, for the buffer's effect")
+    ap.add_argument("--buffer-unit", type=float, default=None, help="the measured oracle's buffer unit (default: its own)")
+    ap.add_argument("--no-extra", action="store_true", help="the measured oracle without its extra object campaigns")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     started = time.time()
     new = MeasuredOracle(Path(args.dataset), pages="measured", page_dataset=Path(args.dataset), page_extra=())
-    ref = select_oracle("measured", "core")  # what `tailor evaluate --oracle measured` reads; without the new data
+    ref = select_oracle("measured", "core")  # what `tailor evaluate --oracle measured` reads
+    if args.buffer_unit is not None or args.no_extra:
+        ref = MeasuredOracle(buffer_unit=ref.buffer_unit if args.buffer_unit is None else args.buffer_unit,
+                             object_extra=() if args.no_extra else None)
     pairs = dict(p.split("=", 1) for p in args.reference.split(",") if p)
     out = {"cells": []}
-    print(f"{args.dataset}: measured medians against what the oracles predict there (the oracle {ref.name})")
+    print(f"{args.dataset}: measured medians against what the oracles predict there, each condition held out (the "
+          f"oracle {ref.name}, buffer unit x{ref.buffer_unit:g})")
     print("| condition | workload | oracle | rho | cost of its choice | median abs log error | contrast error (median) | "
           "'> 5% slower' verdicts agree | slower: measured / oracle |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -74,7 +84,7 @@ def main() -> None:
         row = {"condition": cond, "workload": workload, "reps_median": float(cell["n"].median()),
                "cv_median": float(cell["cv"].median()), "oracles": {}}
         for name in ORACLES:
-            pred = predict_cell(name, ref, cell, workload)
+            pred = predict_cell(name, ref, cell, workload, exclude=cond)  # held out if the oracle reads it
             s = compare(measured, pred, keys)
             row["oracles"][name] = s
             print(f"| {cond} | {workload} | {name} | {s['rho']:.2f} | {100 * s['cost']:.1f}% | {s['log_error']:.3f} | "
@@ -96,7 +106,18 @@ def main() -> None:
                   f"configuration median {d['log_ratio_median']:+.3f} (range {d['log_ratio_min']:+.3f} .. "
                   f"{d['log_ratio_max']:+.3f}, {d['configs']} configurations); repetitions median "
                   f"{row['reps_median']:.0f}, CV median {row['cv_median']:.3f}")
-    out["meta"] = {"commit": _git_commit(), "dataset": args.dataset, "oracle": ref.name,
+    for name in ORACLES:
+        cells = [r["oracles"][name] for r in out["cells"]]
+        agree = sum(c["verdict_agrees"] * c["configs"] for c in cells) / max(sum(c["configs"] for c in cells), 1)
+        out.setdefault("summary", {})[name] = {
+            "verdict_agrees": agree, "slower_measured": sum(c["slower_measured"] for c in cells),
+            "slower_oracle": sum(c["slower_oracle"] for c in cells),
+            "contrast_error_median_mean": float(np.mean([c["contrast_error_median"] for c in cells]))}
+        print(f"{name}: '> 5% slower' verdicts agree on {100 * agree:.1f}% of the {len(cells)} cells' configurations; "
+              f"slower measured {out['summary'][name]['slower_measured']}, predicted "
+              f"{out['summary'][name]['slower_oracle']}; mean of the cells' median contrast errors "
+              f"{out['summary'][name]['contrast_error_median_mean']:.3f}")
+    out["meta"] = {"commit": _git_commit(), "dataset": args.dataset, "oracle": ref.name, "buffer_unit": ref.buffer_unit,
                    "elapsed_s": round(time.time() - started, 1), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     print(f"\ncommit {out['meta']['commit']}, {out['meta']['when']}, {out['meta']['elapsed_s']} s")
     if args.json:

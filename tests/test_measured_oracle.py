@@ -2,6 +2,7 @@
 pages; tb-v1): loading, exactness, sanity, page borrowing, the contrasts' reach, errors."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tailor.errors import OracleError
@@ -24,7 +25,8 @@ def test_dataset_loads_with_coverage(measured):
     # objects from tb-v2, pages from the page campaign (tb-v3), which measured every core value of CC, IW, rto_min, and
     # its slower condition (tb-v3-slow)
     assert DATASET.name == "tb-v2" and PAGE_DATASET.name == "tb-v3" and [d.name for d in PAGE_EXTRA] == ["tb-v3-slow"]
-    assert d["name"] == "measured-tb-v2+tb-v3+tb-v3-slow" and "wpt-3gslow" in set(measured.page_table.condition)
+    assert d["name"] == "measured-tb-v2+tb-edge-deep+tb-v3+tb-v3-slow" and "wpt-3gslow" in set(measured.page_table.condition)
+    assert "edge-deep" in set(measured.table.condition) and d["buffer_unit"] == 4.0
     assert d["kind"] == "measured" and d["conditions"] >= 40
     assert {"object-10KB", "object-100KB", "object-1MB", "object-2MB"} <= set(measured.websites)
     assert len(measured.anchors) == 24 and d["median_reps"] >= 3
@@ -34,7 +36,7 @@ def test_dataset_loads_with_coverage(measured):
     assert pt[pt.condition != "wpt-3gslow"]["n"].median() >= 10  # adaptive repetitions, not tb-v2's 3
     assert pt[pt.condition == "wpt-3gslow"]["n"].min() >= 6  # tb-v3-slow: 6 repetitions per cell
     own = MeasuredOracle(DATASET, page_dataset=DATASET)  # tb-v2's own (noisy) page loads stay readable
-    assert own.name == "measured-tb-v2" and len(own.describe()["pages_measured"]) >= 5
+    assert own.name == "measured-tb-v2+tb-edge-deep" and len(own.describe()["pages_measured"]) >= 5
     fams = set(measured.table.merge(measured.conds, on="condition").condition)
     assert {"mm-att-lte-driving", "pan-nepal-india", "geo-viasat"} <= fams  # trace-driven, developing, satellite
 
@@ -101,6 +103,60 @@ def test_reach_must_be_positive():
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(OracleError, match="'reach'"):
             MeasuredOracle(DATASET, reach=bad)
+
+
+EDGE_DEEP = _DATA / "tb-edge-deep"
+
+
+def test_buffer_unit_must_exceed_one():
+    for bad in (1.0, 0.5, -2.0, float("nan")):
+        with pytest.raises(OracleError, match="'buffer_unit'"):
+            MeasuredOracle(DATASET, buffer_unit=bad)
+
+
+def test_buffer_distance_reverts_contrasts_across_the_buffer():
+    """At tb-v2's EDGE condition (one BDP) the oracle is exact; at the same link behind a 5.26-BDP buffer the buffer
+    as a distance feature moves the configurations' order towards the model's, where the plain interpolation (buffer
+    unit inf) carries the one-BDP contrasts unchanged (distance 0)."""
+    space = _anchor_space(load_medians(DATASET)[KEYS])
+    edge = load_medians(DATASET).query("condition == '2g-edge'").iloc[0]
+    q1 = float(queue_bdp(edge.down_mbps, edge.rtt_ms, edge.queue_packets))
+    at = ([edge.down_mbps], [edge.rtt_ms], [edge.loss])
+    site = "object-100KB"
+    plain, buffered = (MeasuredOracle(DATASET, pages="none", object_extra=(), buffer_unit=u) for u in (np.inf, 2.0))
+    np.testing.assert_allclose(buffered.mode_at(*at, [q1], site, space), plain.mode_at(*at, [q1], site, space))
+    model = _model_ms(buffered.websites[site], *at, [5.26], space)
+    ratio = lambda o: _log_contrasts(o.mode_at(*at, [5.26], site, space)) - _log_contrasts(model)  # noqa: E731
+    one_bdp = _log_contrasts(plain.mode_at(*at, [q1], site, space)) - _log_contrasts(_model_ms(
+        buffered.websites[site], *at, [q1], space))
+    np.testing.assert_allclose(ratio(plain), one_bdp, atol=1e-9)  # carried unchanged
+    assert np.abs(ratio(buffered)).max() < 0.8 * np.abs(one_bdp).max()
+
+
+@pytest.mark.skipif(not (EDGE_DEEP / "measurements.parquet").exists(), reason="tb-edge-deep is not in this checkout")
+def test_extra_object_campaign_is_exact_at_its_conditions():
+    oracle = MeasuredOracle(DATASET, pages="none", object_extra=(EDGE_DEEP,))
+    assert oracle.describe()["object_extra"] == [str(EDGE_DEEP)] and "+tb-edge-deep" in oracle.name
+    new = load_medians(EDGE_DEEP)
+    for size, cell in new[new.condition == "edge-deep"].groupby("size_bytes"):
+        first = cell.iloc[0]
+        space = _anchor_space(cell[KEYS])
+        cols = {(c["tcp.congestion_control"], c["tcp.initial_cwnd"], c["tcp.rto_min_ms"], c["http.version"]): j
+                for j, c in enumerate(space.configs)}
+        q = queue_bdp(first.down_mbps, first.rtt_ms, first.queue_packets)
+        name = {10240: "object-10KB", 51200: "object-50KB", 102400: "object-100KB"}[int(size)]
+        pred = oracle.mode_at([first.down_mbps], [first.rtt_ms], [first.loss], [q], name, space)[0]
+        got = [pred[cols[tuple(getattr(r, k) for k in KEYS)]] for r in cell.itertuples()]
+        np.testing.assert_allclose(got, cell["median"].to_numpy(), rtol=1e-9)
+
+
+@pytest.mark.skipif(not (EDGE_DEEP / "measurements.parquet").exists(), reason="tb-edge-deep is not in this checkout")
+def test_extra_object_campaign_with_a_clashing_condition_is_refused(tmp_path):
+    t = pd.read_parquet(EDGE_DEEP / "measurements.parquet")
+    t["condition"] = t["condition"].replace({"edge-deep": "2g-edge"})  # a tb-v2 name with other parameters
+    t.to_parquet(tmp_path / "measurements.parquet")
+    with pytest.raises(OracleError, match="condition name"):
+        MeasuredOracle(DATASET, pages="none", object_extra=(tmp_path,))
 
 
 def test_grid_queries_are_positive_and_sane(measured):

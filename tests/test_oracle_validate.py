@@ -46,9 +46,13 @@ def test_measured_is_leave_one_condition_out():
     assert np.allclose([r["rho"] for r in rows], -1.0)
     s = validate(FIXTURE, ("measured",), ("objects",))["oracles"]["measured"]["objects"]
     rho = {r["condition"]: r["rho"] for r in s["rows"]}
-    assert s["cells"] == 2 and s["best_agrees"] == 0.0
+    assert s["cells"] == 2
     assert rho["reversed"] == pytest.approx(-1.0)  # predicted from "same": the model's contrasts, the reverse of its own
-    assert -1.0 < rho["same"] < 1.0  # the reversed contrasts, faded: no longer the exact reverse
+    assert rho["same"] > -1.0  # the reversed contrasts, faded: no longer the exact reverse
+    # the buffer is a distance too (same queue in packets, 0.7 vs 1.7 BDPs): without it the fade is weaker
+    no_buffer = MeasuredOracle(FIXTURE, pages="measured", page_dataset=FIXTURE, page_extra=(), buffer_unit=float("inf"))
+    rho_nb = {r["condition"]: r["rho"] for r in validate_oracle("measured", no_buffer, "objects")[1]}
+    assert -1.0 < rho_nb["same"] < 1.0 and rho_nb["same"] <= rho["same"]
 
 
 def test_command_prints_and_writes_json(tmp_path, capsys):

@@ -71,11 +71,20 @@ PAGE_DATASET = _DATA / "tb-v3"
 OBJECT_DATASET = _DATA / "tb-v3-objects"
 # Page campaigns read with PAGE_DATASET by the default measured oracle: conditions it did not measure
 PAGE_EXTRA = (_DATA / "tb-v3-slow",)
+# Object campaigns read with the default dataset (tb-v2): conditions it did not measure (tb-edge-deep: EDGE, 3G and 4G
+# behind the cellular buffer, docs/testbed.md section 4c)
+OBJECT_EXTRA = (_DATA / "tb-edge-deep",)
 # How far (FEATURE_SCALE units) a measured configuration contrast carries: the configuration-specific part of the
 # log ratio decays as exp(-d^2 / REACH^2). Chosen by leave-one-condition-out cross-validation over tb-v3's pages,
 # tb-v3-objects and tb-v2's objects (lowest mean RMS error of the configurations' log contrasts over the grid inf, 2,
 # 1, 0.7, 0.5, 0.35, 0.25, 0; docs/testbed.md section 8e)
 REACH = 1.0
+# The buffer as a fourth distance feature: one unit = a factor BUFFER_UNIT in the queue measured in bandwidth-delay
+# products (inf: the buffer is ignored, the interpolation before 2026-12-06). tb-v2 measured its fixed-rate conditions
+# behind one BDP and the cellular families sit behind 5.26, where a one-BDP burst loss does not happen
+# (docs/testbed.md section 4c); chosen by the same leave-one-condition-out cross-validation (bench/measured_reach.py
+# --buffer-unit, docs/testbed.md section 8f)
+BUFFER_UNIT = 4.0
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
 FEATURE_SCALE = np.array([np.log(4.0), np.log(3.0), np.log(11.0)])  # one unit = x4 bw, x3 RTT, 0 -> 1 % loss
 THETA_BOUNDS = (0.005, 0.25)
@@ -125,13 +134,17 @@ class MeasuredOracle(Oracle):
     def __init__(self, dataset: str | Path = DEFAULT_DATASET, strict: bool = False, neighbours: int = 4,
                  power: float = 2.0, shape: str = "model", grid: ConditionGrid = DEFAULT_GRID, noise: str = "measured",
                  pages: str = "catalog", page_dataset: str | Path | None = None,
-                 page_extra: tuple | None = None, reach: float = REACH):
+                 page_extra: tuple | None = None, reach: float = REACH, buffer_unit: float = BUFFER_UNIT,
+                 object_extra: tuple | None = None):
         if shape not in ("model", "none") or noise not in ("measured", "model") or pages not in PAGE_MODES:
             raise OracleError(f"The 'shape'/'noise'/'pages' parameters of MeasuredOracle must be 'model'|'none', "
                               f"'measured'|'model' and one of {PAGE_MODES}. Got {shape!r}, {noise!r}, {pages!r}.")
         if not reach > 0:  # also refuses NaN; inf is the interpolation without reversion
             raise OracleError(f"The 'reach' parameter of MeasuredOracle must be > 0 (inf: no reversion). Got {reach!r}.")
-        self.reach = float(reach)
+        if not buffer_unit > 1:
+            raise OracleError(f"The 'buffer_unit' parameter of MeasuredOracle must be > 1 (a factor of the queue in "
+                              f"BDPs; inf: the buffer is not a distance feature). Got {buffer_unit!r}.")
+        self.reach, self.buffer_unit = float(reach), float(buffer_unit)
         self.noise, self.pages_mode = noise, pages
         self.dataset, self.strict, self.k, self.power, self.shape = Path(dataset), strict, neighbours, power, shape
         self.page_dataset = _page_dataset(self.dataset) if page_dataset is None else Path(page_dataset)
@@ -139,12 +152,20 @@ class MeasuredOracle(Oracle):
             page_extra = PAGE_EXTRA if self.page_dataset.resolve() == PAGE_DATASET.resolve() else ()
         self.page_extra = tuple(Path(d) for d in page_extra
                                 if (Path(d) / PAGES_SUBDIR / "measurements.parquet").exists()) if pages != "none" else ()
+        if object_extra is None:  # the default dataset comes with the object campaigns that extend its conditions
+            object_extra = OBJECT_EXTRA if self.dataset.resolve() == DEFAULT_DATASET.resolve() else ()
+        self.object_extra = tuple(Path(d) for d in object_extra if (Path(d) / "measurements.parquet").exists())
         self.name = f"measured-{self.dataset.name}" + "".join(
-            f"+{d.name}" for d in (self.page_dataset, *self.page_extra) if d != self.dataset)
+            f"+{d.name}" for d in (*self.object_extra, self.page_dataset, *self.page_extra) if d != self.dataset)
         self.grid = grid
         self._model = ModelOracle(grid)
         catalog = default_catalog()
-        self.table = load_medians(dataset)
+        self.table = pd.concat([load_medians(d) for d in (self.dataset, *self.object_extra)], ignore_index=True)
+        names = set(self.table["condition"])
+        if self.object_extra and len(self.table.drop_duplicates(["condition", "down_mbps", "rtt_ms", "loss",
+                                                                 "queue_packets"])) != len(names):
+            raise OracleError(f"{self.name}: a condition name of {[str(d) for d in self.object_extra]} is measured "
+                              f"with other parameters in another dataset")
         self.table["workload"] = self.table["size_bytes"].map(_object_name)
         self.table = self.table[self.table["workload"].notna()].reset_index(drop=True)
         page_tables = [load_medians(d, pages=True) for d in (self.page_dataset, *self.page_extra)] \
@@ -185,10 +206,10 @@ class MeasuredOracle(Oracle):
     def noise_theta(self, cells, website: str) -> np.ndarray:
         if self.noise == "model":  # the testbed is near-deterministic without loss; the model's theta is the world's
             return self._model.noise_theta(cells, website)
-        bw, rtt, loss, _ = self.grid.values(np.asarray(cells, dtype=int).ravel())
         self.website(website)
         w_name = self._borrow[website]
-        w = self._weights(np.c_[bw, rtt, loss], np.isfinite(self._theta[w_name])[:, None])[:, :, 0]
+        bw, rtt, loss, q = self.grid.values(np.asarray(cells, dtype=int).ravel())
+        w = self._weights(np.c_[bw, rtt, loss, q], np.isfinite(self._theta[w_name])[:, None])[:, :, 0]
         return np.clip(w @ np.nan_to_num(self._theta[w_name]), *THETA_BOUNDS)
 
     def describe(self) -> dict:
@@ -200,9 +221,11 @@ class MeasuredOracle(Oracle):
                 "points": int(len(self.table)), "median_reps": float(self.table["n"].median()),
                 "pages_measured": sorted(set(pt["page"])) if not pt.empty else [],
                 "page_points": int(len(pt)), "page_conditions": int(pt["condition"].nunique()) if not pt.empty else 0,
-                "page_extra": [str(d) for d in self.page_extra], "reach": self.reach,
+                "page_extra": [str(d) for d in self.page_extra], "object_extra": [str(d) for d in self.object_extra],
+                "reach": self.reach, "buffer_unit": self.buffer_unit,
                 "pages_borrowed": borrowed,
-                "method": f"IDW (k={self.k}, p={self.power}) of log(measured/model) over (log bw, log RTT, log loss); "
+                "method": f"IDW (k={self.k}, p={self.power}) of log(measured/model) over (log bw, log RTT, log loss, "
+                          f"log queue in BDPs with unit x{self.buffer_unit:g}); "
                           f"shape={self.shape}; configuration contrasts revert to the model's beyond reach={self.reach:g}; "
                           f"unmeasured knob values anchored on the nearest measured config; "
                           f"unmeasured pages borrow the nearest measured page's ratio (pages={self.pages_mode})",
@@ -219,7 +242,7 @@ class MeasuredOracle(Oracle):
         avail = np.isfinite(lr)
         if exclude is not None:
             avail[(self.conds["condition"] == exclude).to_numpy()] = False
-        query = np.c_[bw, rtt, loss]
+        query = np.c_[bw, rtt, loss, q]
         w = self._weights(query, avail)  # (n, m, K)
         level = self._level[w_name]  # (m,): each condition's mean log ratio over its measured configurations
         dev = np.nan_to_num(lr - level[:, None])
@@ -308,10 +331,15 @@ class MeasuredOracle(Oracle):
         return c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.loss.to_numpy(float), q
 
     def _dist2(self, query: np.ndarray) -> np.ndarray:
-        """Squared distances (n, m) of the queries (bw, RTT, loss) to the measured conditions, FEATURE_SCALE units."""
-        bw, rtt, loss, _ = self._cond_values()
-        diff = _features(query)[:, None, :] - _features(np.c_[bw, rtt, loss])[None, :, :]
-        return ((diff / FEATURE_SCALE) ** 2).sum(-1)
+        """Squared distances (n, m) of the queries (bw, RTT, loss, queue in BDPs) to the measured conditions, in
+        FEATURE_SCALE units and, unless ``buffer_unit`` is inf, factors ``buffer_unit`` of the queue."""
+        bw, rtt, loss, q = self._cond_values()
+        diff = _features(query[:, :3])[:, None, :] - _features(np.c_[bw, rtt, loss])[None, :, :]
+        d2 = ((diff / FEATURE_SCALE) ** 2).sum(-1)
+        if np.isfinite(self.buffer_unit):
+            dq = np.log(np.maximum(query[:, 3], 1e-6))[:, None] - np.log(np.maximum(q, 1e-6))[None, :]
+            d2 = d2 + (dq / np.log(self.buffer_unit)) ** 2
+        return d2
 
     def _weights(self, query: np.ndarray, avail: np.ndarray) -> np.ndarray:
         """IDW weights (n, m, K) over the k nearest available measured conditions, exact at a measured one."""

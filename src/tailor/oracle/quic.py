@@ -92,7 +92,7 @@ class QuicOracle(Oracle):
         bw, rtt, loss, q = self.grid.values(np.asarray(cells, dtype=int).ravel())
         plan = self._plan(space)
         lr = self._log_ratio[site.name]  # (m, V)
-        w = self._weights(np.c_[bw, rtt, loss], np.isfinite(lr))  # (n, m, V)
+        w = self._weights(np.c_[bw, rtt, loss, q], np.isfinite(lr))  # (n, m, V)
         interp = np.einsum("nmv,mv->nv", w, np.nan_to_num(lr))
         ref = _model_ms(site, bw, rtt, loss, q, REFERENCE)  # (n, 2): TCP HTTP/1.1, HTTP/2
         col = {v: i for i, v in enumerate(self._columns)}
@@ -157,7 +157,9 @@ class QuicOracle(Oracle):
         return out
 
     # the measured oracle's conditions (bw, RTT, loss, buffer in BDPs) and IDW weights: they read only ``conds``,
-    # ``k``, ``power`` and ``name``
+    # ``k``, ``power``, ``buffer_unit`` and ``name``; the buffer is not a distance feature here (not cross-validated
+    # on the QUIC dataset, whose conditions all sit behind one BDP)
+    buffer_unit = float("inf")
     _cond_values = MeasuredOracle._cond_values
     _weights = MeasuredOracle._weights
     _dist2 = MeasuredOracle._dist2

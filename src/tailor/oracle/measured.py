@@ -9,7 +9,8 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
 * The *mode* at a measured point is the median over repetitions.
 * Between measured conditions the oracle interpolates the log of the ratio measured / model
   (``ModelOracle``'s mechanics evaluated at the same condition, buffer and configuration), by inverse-distance
-  weighting over the ``neighbours`` nearest measured conditions in (log bandwidth, log RTT, log loss) space,
+  weighting over the ``neighbours`` nearest measured conditions in (log bandwidth, log RTT, log loss, log queue in
+  BDPs) space (the queue since 2026-12-06, one unit = x``buffer_unit``; ``buffer_unit=inf`` leaves it out),
   and multiplies it back onto the model at the query point. The model carries the shape (time scales with
   1/bandwidth and RTT); the measurements fix the level. At a measured condition the weight is exact, so the
   oracle returns the measured median there.
@@ -17,11 +18,13 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   measured condition's log ratios are split into their level (the mean over the condition's measured configurations)
   and each configuration's deviation from it; the level is interpolated as above, the deviation is interpolated and
   multiplied by ``exp(-d^2 / reach^2)``, d the query's distance to the nearest condition where that configuration
-  was measured (in ``FEATURE_SCALE`` units: x4 bandwidth, x3 RTT, 0 -> 1% loss). A measured configuration contrast
-  says most about conditions near it; far below the slowest measured link (the scenarios' 2G and EDGE clients) the
+  was measured (in ``FEATURE_SCALE`` units: x4 bandwidth, x3 RTT, 0 -> 1% loss, and x4 queue). A measured
+  configuration contrast says most about conditions near it; far below the slowest measured link (the scenarios' 2G and EDGE clients) the
   nearest contrasts were extrapolated unchanged before, which ordered a held-out slower page condition worse than
   the model (docs/testbed.md section 8d). ``reach`` = ``REACH`` was chosen by leave-one-condition-out cross-validation
-  (docs/testbed.md section 8e); ``reach=inf`` is the earlier interpolation.
+  (docs/testbed.md section 8e); ``reach=inf`` is the earlier interpolation. ``BUFFER_UNIT`` by the same CV with
+  tb-edge-deep, EDGE / 3G / 4G behind the cellular buffer, which the default dataset reads with tb-v2
+  (``object_extra`` = ``OBJECT_EXTRA``; docs/testbed.md sections 4c and 8g).
 * A configuration whose knob values were not measured (IW 16/64, ``rto_min`` 50, ``syn_rto``, ``sndbuf``,
   ``cwnd_clamp``) is
   anchored on the nearest measured configuration (same CC and HTTP version, nearest IW in log scale): it gets

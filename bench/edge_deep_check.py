@@ -5,8 +5,8 @@ buffer (``CELLULAR_BUFFER_BDP`` = 5.26 BDP, docs/scenarios.md), perturbed per /2
 EDGE only behind one BDP (``2g-edge``, ``2g-edge-lossy``), so ``--oracle measured`` answers those clients from the
 1-BDP measurements times the model's buffer effect; on held-out cellular worlds most of the baseline's "degraded"
 page loads are there (docs/tailor.md, "Outside the tuning set" and Next steps). ``data/oracle/plans/edge-deep-check.json``
-measures EDGE (0.24 Mbit/s down, 0.2 up, 840 ms, no loss) behind 5.26 BDP (89 packets) into its own directory, which
-no oracle reads, and ``cellular-deep-check.json`` tb-v2's FCC+ 3G and 4G peak rows behind the same buffer; this script compares, per object size, the measured medians with what ``--oracle measured`` (and the
+measures EDGE (0.24 Mbit/s down, 0.2 up, 840 ms, no loss) behind 5.26 BDP (89 packets) into its own directory (read by
+the default measured oracle since 2026-12-06, see below), and ``cellular-deep-check.json`` tb-v2's FCC+ 3G and 4G peak rows behind the same buffer; this script compares, per object size, the measured medians with what ``--oracle measured`` (and the
 model) predict at that condition, on what decides a page load's verdict: each configuration's time against the
 registry default's (cubic, IW 10, HTTP/1.1), and whether it is more than 5% slower.
 

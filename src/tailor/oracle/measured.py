@@ -19,9 +19,9 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   and each configuration's deviation from it; the level is interpolated as above, the deviation is interpolated and
   multiplied by ``exp(-d^2 / reach^2)``, d the query's distance to the nearest condition where that configuration
   was measured (in ``FEATURE_SCALE`` units: x4 bandwidth, x3 RTT, 0 -> 1% loss, and x4 queue). A measured
-  configuration contrast says most about conditions near it; far below the slowest measured link (the scenarios' 2G and EDGE clients) the
-  nearest contrasts were extrapolated unchanged before, which ordered a held-out slower page condition worse than
-  the model (docs/testbed.md section 8d). ``reach`` = ``REACH`` was chosen by leave-one-condition-out cross-validation
+  configuration contrast says most about conditions near it; far below the slowest measured link (the scenarios' 2G
+  and EDGE clients) the nearest contrasts were extrapolated unchanged before, which ordered a held-out slower page
+  condition worse than the model (docs/testbed.md section 8d). ``reach`` = ``REACH`` was chosen by leave-one-condition-out cross-validation
   (docs/testbed.md section 8e); ``reach=inf`` is the earlier interpolation. ``BUFFER_UNIT`` by the same CV with
   tb-edge-deep, EDGE / 3G / 4G behind the cellular buffer, which the default dataset reads with tb-v2
   (``object_extra`` = ``OBJECT_EXTRA``; docs/testbed.md sections 4c and 8g).
@@ -86,7 +86,7 @@ REACH = 1.0
 # products (inf: the buffer is ignored, the interpolation before 2026-12-06). tb-v2 measured its fixed-rate conditions
 # behind one BDP and the cellular families sit behind 5.26, where a one-BDP burst loss does not happen
 # (docs/testbed.md section 4c); chosen by the same leave-one-condition-out cross-validation (bench/measured_reach.py
-# --buffer-unit, docs/testbed.md section 8f)
+# --buffer-unit, docs/testbed.md section 8g)
 BUFFER_UNIT = 4.0
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
 FEATURE_SCALE = np.array([np.log(4.0), np.log(3.0), np.log(11.0)])  # one unit = x4 bw, x3 RTT, 0 -> 1 % loss

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tailor.eval.run import _git_commit
-from tailor.oracle.measured import KEYS, MeasuredOracle
+from tailor.oracle.measured import BUFFER_UNIT, KEYS, MeasuredOracle
 from tailor.oracle.select import select_oracle
 from tailor.oracle.validate import cell_scores, predict_cell
 
@@ -64,9 +64,10 @@ def main() -> None:
     args = ap.parse_args()
     started = time.time()
     new = MeasuredOracle(Path(args.dataset), pages="measured", page_dataset=Path(args.dataset), page_extra=())
-    ref = select_oracle("measured", "core")  # what `tailor evaluate --oracle measured` reads
-    if args.buffer_unit is not None or args.no_extra:
-        ref = MeasuredOracle(buffer_unit=ref.buffer_unit if args.buffer_unit is None else args.buffer_unit,
+    if args.buffer_unit is None and not args.no_extra:
+        ref = select_oracle("measured", "core")  # what `tailor evaluate --oracle measured` reads
+    else:  # the same oracle with another buffer unit or without its extra object campaigns
+        ref = MeasuredOracle(buffer_unit=BUFFER_UNIT if args.buffer_unit is None else args.buffer_unit,
                              object_extra=() if args.no_extra else None)
     pairs = dict(p.split("=", 1) for p in args.reference.split(",") if p)
     out = {"cells": []}

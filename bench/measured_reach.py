@@ -1,5 +1,5 @@
 """How far a measured configuration contrast carries: the measured oracle's ``reach`` and ``buffer_unit`` by
-leave-one-condition-out cross-validation (issue 18; docs/testbed.md sections 8e, 8f).
+leave-one-condition-out cross-validation (issue 18; docs/testbed.md sections 8e, 8g).
 
     PYTHONPATH=src .venv/bin/python bench/measured_reach.py [--reach 0 0.25 0.35 0.5 0.7 1 2 inf]
         [--buffer-unit inf] [--sets 3|4] [--json FILE]

@@ -21,8 +21,9 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   was measured (in ``FEATURE_SCALE`` units: x4 bandwidth, x3 RTT, 0 -> 1% loss, and x4 queue). A measured
   configuration contrast says most about conditions near it; far below the slowest measured link (the scenarios' 2G
   and EDGE clients) the nearest contrasts were extrapolated unchanged before, which ordered a held-out slower page
-  condition worse than the model (docs/testbed.md section 8d). ``reach`` = ``REACH`` was chosen by leave-one-condition-out cross-validation
-  (docs/testbed.md section 8e); ``reach=inf`` is the earlier interpolation. ``BUFFER_UNIT`` by the same CV with
+  condition worse than the model (docs/testbed.md section 8d). ``reach`` = ``REACH`` was chosen by
+  leave-one-condition-out cross-validation (docs/testbed.md section 8e); ``reach=inf`` is the earlier interpolation.
+  ``BUFFER_UNIT`` by the same CV with
   tb-edge-deep, EDGE / 3G / 4G behind the cellular buffer, which the default dataset reads with tb-v2
   (``object_extra`` = ``OBJECT_EXTRA``; docs/testbed.md sections 4c and 8g).
 * A configuration whose knob values were not measured (IW 16/64, ``rto_min`` 50, ``syn_rto``, ``sndbuf``,

@@ -12,10 +12,11 @@ registry default's (cubic, IW 10, HTTP/1.1), and whether it is more than 5% slow
 
 Since the measured oracle reads tb-edge-deep itself (``OBJECT_EXTRA``, 2026-12-06), each condition is predicted
 without itself (leave-one-condition-out, as ``tailor oracle validate``), so the check stays held out.
-``--buffer-unit U`` / ``--no-extra`` check the oracle with another buffer unit / without the extra campaigns.
+``--buffer-unit U`` / ``--buffer-form F`` / ``--no-extra`` check the oracle with another buffer unit / buffer form /
+without the extra campaigns.
 
 Usage: PYTHONPATH=src .venv/bin/python bench/edge_deep_check.py [--dataset data/oracle/tb-edge-deep]
-[--buffer-unit U] [--no-extra] [--json FILE]. Reads only.
+[--buffer-unit U] [--buffer-form queue|flight] [--no-extra] [--json FILE]. Reads only.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tailor.eval.run import _git_commit
-from tailor.oracle.measured import BUFFER_UNIT, KEYS, MeasuredOracle
+from tailor.oracle.measured import BUFFER_FORM, BUFFER_FORMS, BUFFER_UNIT, KEYS, MeasuredOracle
 from tailor.oracle.select import select_oracle
 from tailor.oracle.validate import cell_scores, predict_cell
 
@@ -59,20 +60,22 @@ def main() -> None:
     ap.add_argument("--reference", default=REFERENCE,
                     help="deep=shallow pairs: each measured condition's one-BDP counterpart in tb-v2, for the buffer's effect")
     ap.add_argument("--buffer-unit", type=float, default=None, help="the measured oracle's buffer unit (default: its own)")
+    ap.add_argument("--buffer-form", choices=BUFFER_FORMS, default=None,
+                    help="the measured oracle's buffer form (default: its own)")
     ap.add_argument("--no-extra", action="store_true", help="the measured oracle without its extra object campaigns")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     started = time.time()
     new = MeasuredOracle(Path(args.dataset), pages="measured", page_dataset=Path(args.dataset), page_extra=())
-    if args.buffer_unit is None and not args.no_extra:
+    if args.buffer_unit is None and args.buffer_form is None and not args.no_extra:
         ref = select_oracle("measured", "core")  # what `tailor evaluate --oracle measured` reads
-    else:  # the same oracle with another buffer unit or without its extra object campaigns
+    else:  # the same oracle with another buffer unit or form, or without its extra object campaigns
         ref = MeasuredOracle(buffer_unit=BUFFER_UNIT if args.buffer_unit is None else args.buffer_unit,
-                             object_extra=() if args.no_extra else None)
+                             buffer_form=args.buffer_form or BUFFER_FORM, object_extra=() if args.no_extra else None)
     pairs = dict(p.split("=", 1) for p in args.reference.split(",") if p)
     out = {"cells": []}
     print(f"{args.dataset}: measured medians against what the oracles predict there, each condition held out (the "
-          f"oracle {ref.name}, buffer unit x{ref.buffer_unit:g})")
+          f"oracle {ref.name}, buffer unit x{ref.buffer_unit:g}, form {ref.buffer_form})")
     print("| condition | workload | oracle | rho | cost of its choice | median abs log error | contrast error (median) | "
           "'> 5% slower' verdicts agree | slower: measured / oracle |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -119,7 +122,8 @@ def main() -> None:
               f"{out['summary'][name]['slower_oracle']}; mean of the cells' median contrast errors "
               f"{out['summary'][name]['contrast_error_median_mean']:.3f}")
     out["meta"] = {"commit": _git_commit(), "dataset": args.dataset, "oracle": ref.name, "buffer_unit": ref.buffer_unit,
-                   "elapsed_s": round(time.time() - started, 1), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                   "buffer_form": ref.buffer_form, "elapsed_s": round(time.time() - started, 1),
+                   "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     print(f"\ncommit {out['meta']['commit']}, {out['meta']['when']}, {out['meta']['elapsed_s']} s")
     if args.json:
         with open(args.json, "w") as fh:

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from tailor.errors import OracleError
-from tailor.oracle.measured import (_DATA, DEFAULT_DATASET, KEYS, PAGE_DATASET, PAGE_EXTRA, MeasuredOracle, _anchor_space,
-                                    _model_ms, load_medians, queue_bdp)
+from tailor.oracle.measured import (_DATA, DEFAULT_DATASET, FLIGHT_TIE, KEYS, PAGE_DATASET, PAGE_EXTRA, MeasuredOracle,
+                                    _anchor_space, _model_ms, load_medians, queue_bdp)
 from tailor.oracle.select import select_oracle
 from tailor.space import ConfigSpace
 from tailor.testbed.analysis import best_vs_default, error_summary, loco_errors
@@ -25,8 +25,9 @@ def test_dataset_loads_with_coverage(measured):
     # objects from tb-v2, pages from the page campaign (tb-v3), which measured every core value of CC, IW, rto_min, and
     # its slower condition (tb-v3-slow)
     assert DATASET.name == "tb-v2" and PAGE_DATASET.name == "tb-v3" and [d.name for d in PAGE_EXTRA] == ["tb-v3-slow"]
-    assert d["name"] == "measured-tb-v2+tb-edge-deep+tb-v3+tb-v3-slow" and "wpt-3gslow" in set(measured.page_table.condition)
-    assert "edge-deep" in set(measured.table.condition) and d["buffer_unit"] == 4.0
+    assert d["name"] == "measured-tb-v2+tb-edge-deep+tb-cellular-deep+tb-v3+tb-v3-slow"
+    assert "wpt-3gslow" in set(measured.page_table.condition)
+    assert {"edge-deep", "3g-regular-deep"} <= set(measured.table.condition) and d["buffer_unit"] == 3.0 and d["buffer_form"] == "flight"
     assert d["kind"] == "measured" and d["conditions"] >= 40
     assert {"object-10KB", "object-100KB", "object-1MB", "object-2MB"} <= set(measured.websites)
     assert len(measured.anchors) == 24 and d["median_reps"] >= 3
@@ -36,7 +37,7 @@ def test_dataset_loads_with_coverage(measured):
     assert pt[pt.condition != "wpt-3gslow"]["n"].median() >= 10  # adaptive repetitions, not tb-v2's 3
     assert pt[pt.condition == "wpt-3gslow"]["n"].min() >= 6  # tb-v3-slow: 6 repetitions per cell
     own = MeasuredOracle(DATASET, page_dataset=DATASET)  # tb-v2's own (noisy) page loads stay readable
-    assert own.name == "measured-tb-v2+tb-edge-deep" and len(own.describe()["pages_measured"]) >= 5
+    assert own.name == "measured-tb-v2+tb-edge-deep+tb-cellular-deep" and len(own.describe()["pages_measured"]) >= 5
     fams = set(measured.table.merge(measured.conds, on="condition").condition)
     assert {"mm-att-lte-driving", "pan-nepal-india", "geo-viasat"} <= fams  # trace-driven, developing, satellite
 
@@ -131,6 +132,39 @@ def test_buffer_distance_reverts_contrasts_across_the_buffer():
         buffered.websites[site], *at, [q1], space))
     np.testing.assert_allclose(ratio(plain), one_bdp, atol=1e-9)  # carried unchanged
     assert np.abs(ratio(buffered)).max() < 0.8 * np.abs(one_bdp).max()
+
+
+def test_buffer_form_must_be_known():
+    for bad in ("bdp", "", None):
+        with pytest.raises(OracleError, match="'buffer_form'"):
+            MeasuredOracle(DATASET, buffer_form=bad)
+
+
+def test_flight_form_counts_the_buffer_only_where_the_response_overflows_a_queue():
+    """``buffer_form`` "flight": a 10 KB response (7 packets) fits in 3g-regular's 18-packet queue and in the same link
+    behind 5.26 BDP, so the buffer adds no distance there (but its tie-break) and the oracle returns the one-BDP
+    row's measured ratios; a 1 MB response
+    (724 packets) overflows both, and at the same link and RTT the distance is the queue form's (the packets' ratio is
+    the BDPs' ratio); a 50 KB response (35 packets) overflows only the smaller queue: a distance between the two."""
+    flight, queue = (MeasuredOracle(DATASET, pages="none", object_extra=(), buffer_form=f) for f in ("flight", "queue"))
+    assert flight.describe()["buffer_form"] == "flight" and "share of the response" in flight.describe()["method"]
+    g = load_medians(DATASET).query("condition == '3g-regular'").iloc[0]
+    i = list(flight.conds.condition).index("3g-regular")
+    query = np.array([[g.down_mbps, g.rtt_ms, g.loss, 5.26]])
+    d_queue = queue._dist2(query)[0, i]
+    assert d_queue > 1.0  # log 5.14 / log 4 squared
+    d = {w: flight._dist2(query, flight._flight(w))[0, i] for w in ("object-10KB", "object-50KB", "object-1MB")}
+    assert d["object-10KB"] == pytest.approx(FLIGHT_TIE * d_queue, rel=1e-9)  # the tie-break alone
+    assert d["object-1MB"] == pytest.approx((1 + FLIGHT_TIE) * d_queue, rel=1e-9)
+    assert 0 < d["object-50KB"] < d_queue
+    assert queue._flight("object-10KB") is None  # the queue form reads no response size
+    space = _anchor_space(load_medians(DATASET)[KEYS])
+    at = ([g.down_mbps], [g.rtt_ms], [g.loss])
+    ratio = lambda o, q: o.mode_at(*at, [q], "object-10KB", space) / _model_ms(  # noqa: E731
+        o.websites["object-10KB"], *at, [q], space)
+    q1 = float(queue_bdp(g.down_mbps, g.rtt_ms, g.queue_packets))
+    np.testing.assert_allclose(ratio(flight, 5.26), ratio(flight, q1), rtol=1e-4)  # the measured row's ratios
+    assert not np.allclose(ratio(queue, 5.26), ratio(queue, q1), rtol=1e-3)
 
 
 @pytest.mark.skipif(not (EDGE_DEEP / "measurements.parquet").exists(), reason="tb-edge-deep is not in this checkout")

@@ -10,7 +10,9 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
 * Between measured conditions the oracle interpolates the log of the ratio measured / model
   (``ModelOracle``'s mechanics evaluated at the same condition, buffer and configuration), by inverse-distance
   weighting over the ``neighbours`` nearest measured conditions in (log bandwidth, log RTT, log loss, log queue in
-  BDPs) space (the queue since 2026-12-06, one unit = x``buffer_unit``; ``buffer_unit=inf`` leaves it out),
+  buffer) space (the buffer since 2026-12-06: ``buffer_form`` "flight", the share of the workload's response the
+  queue holds, capped at 1, or "queue", the queue in BDPs; one unit = x``buffer_unit``; ``buffer_unit=inf`` leaves
+  it out),
   and multiplies it back onto the model at the query point. The model carries the shape (time scales with
   1/bandwidth and RTT); the measurements fix the level. At a measured condition the weight is exact, so the
   oracle returns the measured median there.
@@ -18,14 +20,14 @@ Method ("model-shaped interpolation", docs/testbed.md section 4):
   measured condition's log ratios are split into their level (the mean over the condition's measured configurations)
   and each configuration's deviation from it; the level is interpolated as above, the deviation is interpolated and
   multiplied by ``exp(-d^2 / reach^2)``, d the query's distance to the nearest condition where that configuration
-  was measured (in ``FEATURE_SCALE`` units: x4 bandwidth, x3 RTT, 0 -> 1% loss, and x4 queue). A measured
+  was measured (in ``FEATURE_SCALE`` units: x4 bandwidth, x3 RTT, 0 -> 1% loss, and x3 buffer). A measured
   configuration contrast says most about conditions near it; far below the slowest measured link (the scenarios' 2G
   and EDGE clients) the nearest contrasts were extrapolated unchanged before, which ordered a held-out slower page
   condition worse than the model (docs/testbed.md section 8d). ``reach`` = ``REACH`` was chosen by
   leave-one-condition-out cross-validation (docs/testbed.md section 8e); ``reach=inf`` is the earlier interpolation.
-  ``BUFFER_UNIT`` by the same CV with
-  tb-edge-deep, EDGE / 3G / 4G behind the cellular buffer, which the default dataset reads with tb-v2
-  (``object_extra`` = ``OBJECT_EXTRA``; docs/testbed.md sections 4c and 8g).
+  ``BUFFER_UNIT`` and ``BUFFER_FORM`` by the same CV with
+  tb-edge-deep and tb-cellular-deep, EDGE / 3G / 4G behind the cellular buffer, which the default dataset reads with
+  tb-v2 (``object_extra`` = ``OBJECT_EXTRA``; docs/testbed.md sections 4c, 8g and 8h).
 * A configuration whose knob values were not measured (IW 16/64, ``rto_min`` 50, ``syn_rto``, ``sndbuf``,
   ``cwnd_clamp``) is
   anchored on the nearest measured configuration (same CC and HTTP version, nearest IW in log scale): it gets
@@ -76,19 +78,26 @@ OBJECT_DATASET = _DATA / "tb-v3-objects"
 # Page campaigns read with PAGE_DATASET by the default measured oracle: conditions it did not measure
 PAGE_EXTRA = (_DATA / "tb-v3-slow",)
 # Object campaigns read with the default dataset (tb-v2): conditions it did not measure (tb-edge-deep: EDGE, 3G and 4G
-# behind the cellular buffer, docs/testbed.md section 4c)
-OBJECT_EXTRA = (_DATA / "tb-edge-deep",)
+# behind the cellular buffer, docs/testbed.md section 4c; tb-cellular-deep: four more of tb-v2's cellular rows behind it,
+# section 8g, read since section 8h)
+OBJECT_EXTRA = (_DATA / "tb-edge-deep", _DATA / "tb-cellular-deep")
 # How far (FEATURE_SCALE units) a measured configuration contrast carries: the configuration-specific part of the
 # log ratio decays as exp(-d^2 / REACH^2). Chosen by leave-one-condition-out cross-validation over tb-v3's pages,
 # tb-v3-objects and tb-v2's objects (lowest mean RMS error of the configurations' log contrasts over the grid inf, 2,
 # 1, 0.7, 0.5, 0.35, 0.25, 0; docs/testbed.md section 8e)
 REACH = 1.0
-# The buffer as a fourth distance feature: one unit = a factor BUFFER_UNIT in the queue measured in bandwidth-delay
-# products (inf: the buffer is ignored, the interpolation before 2026-12-06). tb-v2 measured its fixed-rate conditions
-# behind one BDP and the cellular families sit behind 5.26, where a one-BDP burst loss does not happen
-# (docs/testbed.md section 4c); chosen by the same leave-one-condition-out cross-validation (bench/measured_reach.py
-# --buffer-unit, docs/testbed.md section 8g)
-BUFFER_UNIT = 4.0
+# The buffer as a fourth distance feature: one unit = a factor BUFFER_UNIT in the buffer (inf: the buffer is ignored,
+# the interpolation before 2026-12-06). tb-v2 measured its fixed-rate conditions behind one BDP and the cellular
+# families sit behind 5.26, where a one-BDP burst loss does not happen (docs/testbed.md section 4c). How the buffer
+# enters (BUFFER_FORM): "queue", the queue in BDPs (2026-12-06, section 8g), or "flight" (since section 8h), the share
+# of the workload's response the queue holds in packets, capped at 1: a queue that holds the whole response cannot
+# drop any of it, so beyond that its size does not matter, and two conditions whose queues both hold it are at
+# buffer distance 0. Both chosen by the same leave-one-condition-out cross-validation (bench/measured_reach.py
+# --buffer-unit --buffer-form, docs/testbed.md sections 8g and 8h)
+BUFFER_UNIT = 3.0
+BUFFER_FORMS = ("queue", "flight")
+BUFFER_FORM = "flight"
+FLIGHT_TIE = 1e-6  # weight of the queue-in-BDPs term beside the "flight" form's: breaks ties only
 KEYS = ["cc", "iw", "rto_min_ms", "http"]
 FEATURE_SCALE = np.array([np.log(4.0), np.log(3.0), np.log(11.0)])  # one unit = x4 bw, x3 RTT, 0 -> 1 % loss
 THETA_BOUNDS = (0.005, 0.25)
@@ -139,7 +148,10 @@ class MeasuredOracle(Oracle):
                  power: float = 2.0, shape: str = "model", grid: ConditionGrid = DEFAULT_GRID, noise: str = "measured",
                  pages: str = "catalog", page_dataset: str | Path | None = None,
                  page_extra: tuple | None = None, reach: float = REACH, buffer_unit: float = BUFFER_UNIT,
-                 object_extra: tuple | None = None):
+                 object_extra: tuple | None = None, buffer_form: str = BUFFER_FORM):
+        if buffer_form not in BUFFER_FORMS:
+            raise OracleError(f"The 'buffer_form' parameter of MeasuredOracle must be one of {BUFFER_FORMS}. "
+                              f"Got {buffer_form!r}.")
         if shape not in ("model", "none") or noise not in ("measured", "model") or pages not in PAGE_MODES:
             raise OracleError(f"The 'shape'/'noise'/'pages' parameters of MeasuredOracle must be 'model'|'none', "
                               f"'measured'|'model' and one of {PAGE_MODES}. Got {shape!r}, {noise!r}, {pages!r}.")
@@ -148,7 +160,7 @@ class MeasuredOracle(Oracle):
         if not buffer_unit > 1:
             raise OracleError(f"The 'buffer_unit' parameter of MeasuredOracle must be > 1 (a factor of the queue in "
                               f"BDPs; inf: the buffer is not a distance feature). Got {buffer_unit!r}.")
-        self.reach, self.buffer_unit = float(reach), float(buffer_unit)
+        self.reach, self.buffer_unit, self.buffer_form = float(reach), float(buffer_unit), buffer_form
         self.noise, self.pages_mode = noise, pages
         self.dataset, self.strict, self.k, self.power, self.shape = Path(dataset), strict, neighbours, power, shape
         self.page_dataset = _page_dataset(self.dataset) if page_dataset is None else Path(page_dataset)
@@ -213,7 +225,8 @@ class MeasuredOracle(Oracle):
         self.website(website)
         w_name = self._borrow[website]
         bw, rtt, loss, q = self.grid.values(np.asarray(cells, dtype=int).ravel())
-        w = self._weights(np.c_[bw, rtt, loss, q], np.isfinite(self._theta[w_name])[:, None])[:, :, 0]
+        w = self._weights(np.c_[bw, rtt, loss, q], np.isfinite(self._theta[w_name])[:, None],
+                          self._flight(w_name))[:, :, 0]
         return np.clip(w @ np.nan_to_num(self._theta[w_name]), *THETA_BOUNDS)
 
     def describe(self) -> dict:
@@ -226,10 +239,11 @@ class MeasuredOracle(Oracle):
                 "pages_measured": sorted(set(pt["page"])) if not pt.empty else [],
                 "page_points": int(len(pt)), "page_conditions": int(pt["condition"].nunique()) if not pt.empty else 0,
                 "page_extra": [str(d) for d in self.page_extra], "object_extra": [str(d) for d in self.object_extra],
-                "reach": self.reach, "buffer_unit": self.buffer_unit,
+                "reach": self.reach, "buffer_unit": self.buffer_unit, "buffer_form": self.buffer_form,
                 "pages_borrowed": borrowed,
                 "method": f"IDW (k={self.k}, p={self.power}) of log(measured/model) over (log bw, log RTT, log loss, "
-                          f"log queue in BDPs with unit x{self.buffer_unit:g}); "
+                          f"log {'queue in BDPs' if self.buffer_form == 'queue' else 'share of the response the queue holds'} "
+                          f"with unit x{self.buffer_unit:g}); "
                           f"shape={self.shape}; configuration contrasts revert to the model's beyond reach={self.reach:g}; "
                           f"unmeasured knob values anchored on the nearest measured config; "
                           f"unmeasured pages borrow the nearest measured page's ratio (pages={self.pages_mode})",
@@ -247,10 +261,11 @@ class MeasuredOracle(Oracle):
         if exclude is not None:
             avail[(self.conds["condition"] == exclude).to_numpy()] = False
         query = np.c_[bw, rtt, loss, q]
-        w = self._weights(query, avail)  # (n, m, K)
+        flight = self._flight(w_name)
+        w = self._weights(query, avail, flight)  # (n, m, K)
         level = self._level[w_name]  # (m,): each condition's mean log ratio over its measured configurations
         dev = np.nan_to_num(lr - level[:, None])
-        d2 = np.where(avail[None, :, :], self._dist2(query)[:, :, None], np.inf).min(axis=1)  # (n, K), finite
+        d2 = np.where(avail[None, :, :], self._dist2(query, flight)[:, :, None], np.inf).min(axis=1)  # (n, K)
         interp = (np.einsum("nmk,m->nk", w, np.nan_to_num(level))
                   + np.exp(-d2 / self.reach ** 2) * np.einsum("nmk,mk->nk", w, dev))  # reach = inf: the plain IDW
         return np.exp(interp) * self._shape(bw, rtt, loss, q, site, space)
@@ -334,20 +349,34 @@ class MeasuredOracle(Oracle):
         q = queue_bdp(c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.queue_packets.to_numpy(float))
         return c.down_mbps.to_numpy(float), c.rtt_ms.to_numpy(float), c.loss.to_numpy(float), q
 
-    def _dist2(self, query: np.ndarray) -> np.ndarray:
+    def _flight(self, workload: str) -> float | None:
+        """The workload's response in packets (MSS each) where ``buffer_form`` is "flight", else None."""
+        if self.buffer_form != "flight":
+            return None
+        return max(self.workloads[workload].total_bytes / MSS, 1.0)
+
+    def _dist2(self, query: np.ndarray, flight: float | None = None) -> np.ndarray:
         """Squared distances (n, m) of the queries (bw, RTT, loss, queue in BDPs) to the measured conditions, in
-        FEATURE_SCALE units and, unless ``buffer_unit`` is inf, factors ``buffer_unit`` of the queue."""
+        FEATURE_SCALE units and, unless ``buffer_unit`` is inf, factors ``buffer_unit`` of the buffer: the queue in
+        BDPs, or with ``flight`` (packets) the share of it the queue holds, capped at 1 (``buffer_form`` "flight")."""
         bw, rtt, loss, q = self._cond_values()
         diff = _features(query[:, :3])[:, None, :] - _features(np.c_[bw, rtt, loss])[None, :, :]
         d2 = ((diff / FEATURE_SCALE) ** 2).sum(-1)
         if np.isfinite(self.buffer_unit):
             dq = np.log(np.maximum(query[:, 3], 1e-6))[:, None] - np.log(np.maximum(q, 1e-6))[None, :]
+            if flight is not None:  # the queue in packets over the response's packets, at most 1
+                bq = np.minimum(query[:, 3] * bdp_packets(query[:, 0], query[:, 1]) / flight, 1.0)
+                bm = np.minimum(q * bdp_packets(bw, rtt) / flight, 1.0)
+                # the queues' own distance as a tie-break only: where both hold the response the nearer queue still
+                # weighs more, and a measured condition stays exact beside one that differs in its queue alone
+                d2 = d2 + FLIGHT_TIE * (dq / np.log(self.buffer_unit)) ** 2
+                dq = np.log(np.maximum(bq, 1e-6))[:, None] - np.log(np.maximum(bm, 1e-6))[None, :]
             d2 = d2 + (dq / np.log(self.buffer_unit)) ** 2
         return d2
 
-    def _weights(self, query: np.ndarray, avail: np.ndarray) -> np.ndarray:
+    def _weights(self, query: np.ndarray, avail: np.ndarray, flight: float | None = None) -> np.ndarray:
         """IDW weights (n, m, K) over the k nearest available measured conditions, exact at a measured one."""
-        d2 = self._dist2(query)
+        d2 = self._dist2(query, flight)
         d2 = np.where(avail[None, :, :], d2[:, :, None], np.inf)  # (n, m, K)
         if not np.isfinite(d2).any(axis=1).all():
             raise OracleError(f"{self.name}: a configuration has no measurement at any condition for this workload")
@@ -358,10 +387,14 @@ class MeasuredOracle(Oracle):
         return w / w.sum(axis=1, keepdims=True)
 
 
+def bdp_packets(down_mbps, rtt_ms) -> np.ndarray:
+    """The bandwidth-delay product in packets of MTU bytes."""
+    return np.asarray(down_mbps, float) * 1e6 / 8 * np.asarray(rtt_ms, float) / 1000 / MTU
+
+
 def queue_bdp(down_mbps, rtt_ms, queue_packets) -> np.ndarray:
     """The emulator's queue (packets) in bandwidth-delay products: the buffer unit of the model oracle's ``q``."""
-    bdp_pkts = np.asarray(down_mbps, float) * 1e6 / 8 * np.asarray(rtt_ms, float) / 1000 / MTU
-    return np.asarray(queue_packets, float) / np.maximum(bdp_pkts, 1e-9)
+    return np.asarray(queue_packets, float) / np.maximum(bdp_packets(down_mbps, rtt_ms), 1e-9)
 
 
 def _page_dataset(dataset: Path) -> Path:

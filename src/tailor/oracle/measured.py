@@ -225,8 +225,8 @@ class MeasuredOracle(Oracle):
         self.website(website)
         w_name = self._borrow[website]
         bw, rtt, loss, q = self.grid.values(np.asarray(cells, dtype=int).ravel())
-        w = self._weights(np.c_[bw, rtt, loss, q], np.isfinite(self._theta[w_name])[:, None],
-                          self._flight(w_name))[:, :, 0]
+        d2 = self._dist2(np.c_[bw, rtt, loss, q], self._flight(w_name))
+        w = self._weights(d2, np.isfinite(self._theta[w_name])[:, None])[:, :, 0]
         return np.clip(w @ np.nan_to_num(self._theta[w_name]), *THETA_BOUNDS)
 
     def describe(self) -> dict:
@@ -261,11 +261,11 @@ class MeasuredOracle(Oracle):
         if exclude is not None:
             avail[(self.conds["condition"] == exclude).to_numpy()] = False
         query = np.c_[bw, rtt, loss, q]
-        flight = self._flight(w_name)
-        w = self._weights(query, avail, flight)  # (n, m, K)
+        dist2 = self._dist2(query, self._flight(w_name))  # (n, m)
+        w = self._weights(dist2, avail)  # (n, m, K)
         level = self._level[w_name]  # (m,): each condition's mean log ratio over its measured configurations
         dev = np.nan_to_num(lr - level[:, None])
-        d2 = np.where(avail[None, :, :], self._dist2(query, flight)[:, :, None], np.inf).min(axis=1)  # (n, K)
+        d2 = np.where(avail[None, :, :], dist2[:, :, None], np.inf).min(axis=1)  # (n, K), finite
         interp = (np.einsum("nmk,m->nk", w, np.nan_to_num(level))
                   + np.exp(-d2 / self.reach ** 2) * np.einsum("nmk,mk->nk", w, dev))  # reach = inf: the plain IDW
         return np.exp(interp) * self._shape(bw, rtt, loss, q, site, space)
@@ -366,7 +366,7 @@ class MeasuredOracle(Oracle):
             dq = np.log(np.maximum(query[:, 3], 1e-6))[:, None] - np.log(np.maximum(q, 1e-6))[None, :]
             if flight is not None:  # the queue in packets over the response's packets, at most 1
                 bq = np.minimum(query[:, 3] * bdp_packets(query[:, 0], query[:, 1]) / flight, 1.0)
-                bm = np.minimum(q * bdp_packets(bw, rtt) / flight, 1.0)
+                bm = np.minimum(self.conds["queue_packets"].to_numpy(float) / flight, 1.0)
                 # the queues' own distance as a tie-break only: where both hold the response the nearer queue still
                 # weighs more, and a measured condition stays exact beside one that differs in its queue alone
                 d2 = d2 + FLIGHT_TIE * (dq / np.log(self.buffer_unit)) ** 2
@@ -374,10 +374,10 @@ class MeasuredOracle(Oracle):
             d2 = d2 + (dq / np.log(self.buffer_unit)) ** 2
         return d2
 
-    def _weights(self, query: np.ndarray, avail: np.ndarray, flight: float | None = None) -> np.ndarray:
-        """IDW weights (n, m, K) over the k nearest available measured conditions, exact at a measured one."""
-        d2 = self._dist2(query, flight)
-        d2 = np.where(avail[None, :, :], d2[:, :, None], np.inf)  # (n, m, K)
+    def _weights(self, dist2: np.ndarray, avail: np.ndarray) -> np.ndarray:
+        """IDW weights (n, m, K) from the queries' squared distances (n, m, ``_dist2``) over the k nearest available
+        measured conditions, exact at a measured one."""
+        d2 = np.where(avail[None, :, :], dist2[:, :, None], np.inf)  # (n, m, K)
         if not np.isfinite(d2).any(axis=1).all():
             raise OracleError(f"{self.name}: a configuration has no measurement at any condition for this workload")
         kth = np.sort(d2, axis=1)[:, min(self.k, d2.shape[1]) - 1: min(self.k, d2.shape[1]), :]

@@ -92,7 +92,7 @@ class QuicOracle(Oracle):
         bw, rtt, loss, q = self.grid.values(np.asarray(cells, dtype=int).ravel())
         plan = self._plan(space)
         lr = self._log_ratio[site.name]  # (m, V)
-        w = self._weights(np.c_[bw, rtt, loss, q], np.isfinite(lr))  # (n, m, V)
+        w = self._weights(self._dist2(np.c_[bw, rtt, loss, q]), np.isfinite(lr))  # (n, m, V)
         interp = np.einsum("nmv,mv->nv", w, np.nan_to_num(lr))
         ref = _model_ms(site, bw, rtt, loss, q, REFERENCE)  # (n, 2): TCP HTTP/1.1, HTTP/2
         col = {v: i for i, v in enumerate(self._columns)}

@@ -603,6 +603,7 @@ class TailorPolicy(Policy):
         their non-zero entries. A restored state decides as the saved one would (the cells' cached predictions are
         kept: one may predate its website's first outcome, bench/state_size.py)."""
         state = dict(self.__dict__)
+        state.pop("_shared", None)  # a cache of predictions (_shared_many), rebuilt on use
         if "_cov_from" in state:  # else a state restored from before 2026-11-30 that has not refitted since
             del state["_cov_blocks"], state["_Q"]
         state["_G"] = pack_sparse(self._G)
@@ -708,6 +709,7 @@ class TailorPolicy(Policy):
         self._restore_cov()
         self._sigma2 = 0.1
         self._cells: dict[tuple, tuple] = {}  # cell -> (psi, mean delta, sd delta, log baseline level)
+        self._shared: dict | None = None  # the same for many cells, as arrays (_shared_many)
         self._probes: dict[tuple, int] = {}
         # probe_sd: the sds of the last probes played and the bound they set on a probe's sd (none until the window fills)
         self._probe_sds: deque[float] = deque(maxlen=PROBE_SD_WINDOW)
@@ -928,12 +930,58 @@ class TailorPolicy(Policy):
         """:meth:`_posterior` of many cells (cells x configurations, and per cell); ``at``: only at those (cell,
         configuration) pairs (the effects' means and sds as vectors over the pairs; a cell's level from all its
         configurations, :meth:`_predict_many`, :meth:`_joint_cell`); ``parts``, ``srow`` (the cells' rows of the cell
-        statistics): when at hand."""
-        _, mean, sd, level = self._predict_many(cells, at, parts)
+        statistics): when at hand. With ``at`` (a batch), the shared model's predictions come from
+        :meth:`_shared_many`: every configuration's sd, since a cell's level weighs each configuration the cell has
+        page loads of by its prior variance (:meth:`_joint_cell`; until 2026-12-06 the sds were computed at the
+        batch's pairs only, 0 elsewhere, and the levels were off by up to 0.013 in log time on the bench's records)."""
         if srow is None:
             srow = self._stats.find([cell[:5] for cell in cells])
+        if at is None:
+            _, mean, sd, level = self._predict_many(cells, None, parts)
+        else:
+            mean, sd, level = self._shared_many(cells, parts)
         mean, sd = self._pooled(cells, mean, sd, srow)
         return self._posterior(cells, groups, mean, sd, level, srow, at=at)
+
+    def _shared_many(self, cells: Sequence[tuple], parts: tuple | None = None) -> tuple:
+        """:meth:`_predict_many`'s effect means, sds and log baseline levels of many cells (cells x configurations,
+        and per cell), kept per cell until the model or a website's entry changes (:meth:`_plan`,
+        :meth:`_learn_website`), as :meth:`_predict` keeps one cell's: a batch computes only the cells no batch
+        since then has, and the plan seeds the cells it priced (:meth:`_sum_slack`). ``parts``: the cells'
+        :meth:`_parts`, when at hand."""
+        cache = self._shared_cache()
+        index = cache["index"]
+        rows = np.fromiter(map(index.get, cells, repeat(-1)), np.int64, len(cells))
+        miss = np.flatnonzero(rows < 0)
+        if len(miss):
+            sub = [cells[i] for i in miss.tolist()]
+            _, mean, sd, level = self._predict_many(sub, None, None if parts is None else
+                                                    (parts[0], *(a[miss] for a in parts[1:])))
+            rows[miss] = self._shared_add(sub, mean, sd, level)
+        return cache["mean"][rows], cache["sd"][rows], cache["level"][rows]
+
+    def _shared_cache(self) -> dict:
+        cache = self.__dict__.get("_shared")
+        if cache is None:
+            n_cfg = len(self.space)
+            cache = self._shared = {"index": {}, "mean": np.zeros((0, n_cfg)), "sd": np.zeros((0, n_cfg)),
+                                    "level": np.zeros(0)}
+        return cache
+
+    def _shared_add(self, cells: Sequence[tuple], mean: np.ndarray, sd: np.ndarray, level: np.ndarray) -> np.ndarray:
+        """Keep the shared model's predictions of cells new to :meth:`_shared_many`'s cache; their rows."""
+        cache = self._shared_cache()
+        index, start = cache["index"], len(cache["index"])
+        if start + len(cells) > len(cache["level"]):  # capacity doubles: a batch appends without copying the rest
+            size = max(2 * len(cache["level"]), start + len(cells), 1024)
+            for key in ("mean", "sd", "level"):
+                grown = np.zeros((size,) + cache[key].shape[1:])
+                grown[:start] = cache[key][:start]
+                cache[key] = grown
+        end = start + len(cells)
+        cache["mean"][start:end], cache["sd"][start:end], cache["level"][start:end] = mean, sd, level
+        index.update(zip(cells, range(start, end)))
+        return np.arange(start, end)
 
     def _own(self) -> CellRows:
         """The statistics a cell's posterior reads its own page loads from (:meth:`_posterior`): the current level
@@ -1592,8 +1640,10 @@ class TailorPolicy(Policy):
         """A website's own model entry (while entries are free) and its size, fixed at its first page load."""
         if site not in self._sites and len(self._sites) < self._site_slots:
             self._sites[site] = len(self._sites)
+            self._shared = None  # the website's cells' predictions change
         if site not in self._size and nbytes > 0:
             self._size[site] = (math.log(nbytes) - SIZE_CENTER) / SIZE_SCALE
+            self._shared = None
 
     def _forget(self, group: str) -> None:
         """A change-point alarm: the group's cells' own data, and its audit, are forgotten (their rows zeroed)."""
@@ -1810,6 +1860,7 @@ class TailorPolicy(Policy):
                 self._refit()
                 self._fit_levels()
         self._cells.clear()
+        self._shared = None
         self._probes.clear()
         self._tau2 = self._misfit()
         self._fit_pool()
@@ -1991,6 +2042,8 @@ class TailorPolicy(Policy):
         names = list(index)
         srow = self._stats.find([cell[:5] for cell in cells])
         _, mean_s, sd_s, level = self._predict_many(cells)
+        if not self.__dict__.get("_shared"):  # the plan's model: the next batches read these cells' predictions
+            self._shared_add(cells, mean_s, sd_s, level)
         mean, sd_p = self._pooled(cells, mean_s, sd_s, srow)
         pool_var = np.maximum(sd_p ** 2 - sd_s ** 2, 0.0)
         delta, sd, _, _, shrink, scale = self._posterior(cells, (names, gidx), mean, sd_p, level, srow, detail=True)

@@ -146,6 +146,7 @@ from operator import attrgetter, is_not, itemgetter
 
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
+from scipy.sparse import csr_matrix
 from threadpoolctl import threadpool_limits
 
 from tailor.errors import ParameterError
@@ -1066,12 +1067,15 @@ class TailorPolicy(Policy):
         widening times kappa, cells x 1), which the budget's bound on a sum needs (:meth:`_sum_slack`). ``own``: the
         cells' own statistics to read (default :meth:`_own`). ``at`` = (cell positions, configurations): the effects'
         means and sds only at those pairs, as vectors (the levels as always; not with ``detail``)."""
-        n = np.zeros(mean.shape)
-        total = np.zeros(mean.shape)
         own = self._own() if own is None else own
         row = own.find([cell[:5] for cell in cells]) if srow is None or own is not self._stats else srow
         has = row >= 0
-        n[has], total[has] = own.data[:, row[has]]
+        if has.all():  # one gather (a copy) instead of zeros and a masked assignment
+            n, total = own.data[:, row]
+        else:
+            n = np.zeros(mean.shape)
+            total = np.zeros(mean.shape)
+            n[has], total[has] = own.data[:, row[has]]
         if isinstance(groups, tuple):  # (the distinct groups, each cell's index into them)
             names, gidx = groups
         else:
@@ -2070,15 +2074,15 @@ class TailorPolicy(Policy):
             idx, val = self._slots(cells)
             pidx, pval = self._int_pos[idx[:, self._int_slots]], val[:, self._int_slots]
             direction = coef @ self._d  # cells x n_e
-            agg = np.zeros((groups_n, self._n_int, self._n_e))
             ok = pidx >= 0
             rows, slots = np.nonzero(ok)
             at = gidx[rows] * self._n_int + pidx[rows, slots]
-            vals = pval[rows, slots, None] * direction[rows]
-            # np.add.at as one bincount over (slot, column) bins: each bin adds its entries in row order, as per column
-            agg += np.bincount((at[:, None] * self._n_e + np.arange(self._n_e)).ravel(), vals.ravel(),
-                               groups_n * self._n_int * self._n_e).reshape(agg.shape)
-            flat = agg.reshape(groups_n, -1)
+            # agg[g, p] = sum over the group's cells with psi slot p of p's value x the cell's direction: a sparse
+            # (group, slot) x cells matrix times the directions; each output row adds its products in cell order
+            # (the COO entries are in cell order and a cell fills a (group, slot) row once), from 0, as a bincount
+            # over (slot, column) bins would (it did until 2026-12-06, over a gathered copy of the directions)
+            spread = csr_matrix((pval[rows, slots], (at, rows)), shape=(groups_n * self._n_int, len(cells)))
+            flat = np.asarray(spread @ direction).reshape(groups_n, -1)
             cov = self._cov_blocks.transpose(0, 2, 1, 3).reshape(flat.shape[1], flat.shape[1])
             var += np.einsum("gi,gi->g", flat @ cov, flat)
             # the pools: fully correlated within a group per configuration (an upper bound)

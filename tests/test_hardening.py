@@ -254,6 +254,40 @@ def test_a_failing_policy_is_isolated_then_quarantined(tmp_path, monkeypatch):
         assert c.get("/healthz").json()["status"] == "ok"
 
 
+def test_a_poisoned_record_is_quarantined_while_telemetry_keeps_arriving(tmp_path, monkeypatch):
+    """Live traffic moves a failing cycle's span end every cycle; the failures still count as consecutive (same
+    watermark), the third one skips the span the first failure read, and the records that arrived after it are
+    learned from. (Until 2026-12-06 only identical spans counted: the count restarted at 1 every cycle.)"""
+    app = create_app(cfg(tmp_path))
+    mgr = app.state.manager
+    observe = type(mgr.policy).observe_batch
+
+    def poisoned(self, items):  # stands for any record a policy cannot fold
+        if any(o.completion_ms == 666.0 for _, _, o in items):
+            raise FloatingPointError("poisoned record")
+        return observe(self, items)
+
+    monkeypatch.setattr(type(mgr.policy), "observe_batch", poisoned)
+    with TestClient(app) as c:
+        first = [record(0, plt_ms=666.0)] + [record(i) for i in range(1, 50)]
+        assert c.post("/v1/telemetry", content=batch(first), headers=ED).status_code == 202
+        failures = []
+        for k in range(3):
+            late = [record(100 * (k + 1) + i) for i in range(20)]
+            assert c.post("/v1/telemetry", content=batch(late), headers=ED).status_code == 202
+            r = c.post("/v1/cycle", headers=OP)
+            assert r.status_code == 500 and "poisoned record" in r.json()["error"]
+            failures.append(mgr.health.consecutive_failures)
+        assert failures == [1, 2, 3]
+        health = c.get("/healthz").json()
+        assert health["quarantined_records"] == 70  # the first failure's span: the 50 first records and 20 late ones
+        late = [record(900 + i) for i in range(10)]
+        assert c.post("/v1/telemetry", content=batch(late), headers=ED).status_code == 202
+        r = c.post("/v1/cycle", headers=OP)
+        assert r.status_code == 200 and r.json()["rows"] == 50  # the 40 late records after that span, and these 10
+        assert c.get("/healthz").json()["status"] == "ok"
+
+
 # -- client strings cannot multiply the table
 def test_many_distinct_snis_do_not_multiply_the_table(tmp_path):
     app = create_app(cfg(tmp_path, site_min_records=50, sites=("shop.example",)))

@@ -504,6 +504,94 @@ def test_ope_gate_publishes_learned_tables_and_keeps_a_slower_one_out(tmp_path):
         assert mgr.current.version == version + 1
 
 
+def test_ope_gate_keeps_out_a_table_that_moves_a_group_where_the_logs_have_nothing(tmp_path):
+    """Self-normalised IPS values a candidate on the records that could have had its choices: a candidate that sends
+    the slow half of the traffic to a configuration the window never logged (twice as slow) was valued on the fast
+    half alone and published (found by review, 2026-12-06). The gate now keeps a candidate out when more than
+    ``ope_max_unsupported`` of its choices are unseen in the logs."""
+    from tailor.manager.service import Manager
+
+    fast = [f"10.0.{j}.0/24" for j in range(10)]
+    slow = [f"10.1.{j}.0/24" for j in range(10)]
+    shown, unseen = OTHER[0], OTHER[1]
+    factor = {DEFAULT: 1.0, shown: 0.9, unseen: 2.0}
+    mgr = Manager(cfg(tmp_path, ope_gate=True), clock=lambda: T0)
+    cur = copy.deepcopy(mgr.current.doc)
+    cur["configs"] = {c: mgr.knobs[c] for c in (DEFAULT, shown, unseen)}
+    cur["groups"] = [{"id": g, "choices": [{"config": DEFAULT, "p": 0.9}, {"config": shown, "p": 0.1}]}
+                     for g in ("gfast", "gslow")]
+    cur["rules"] = [{"prefix": "10.0.0.0/16", "group": "gfast"}, {"prefix": "10.1.0.0/16", "group": "gslow"}]
+    mgr.override(cur, "op", "test")
+    edge = SyntheticEdge(fast + slow, base_ms={p: 1000.0 for p in fast} | {p: 3000.0 for p in slow},
+                         factor=lambda p, c: factor[c], seed=1)
+    edge.apply(mgr.current.doc)
+    assert mgr.ingest(batch(edge.records(6000, T0))).status == 202
+    mgr.clear_override("op", "done")
+    version, now = mgr.current.version, T0 + 100
+    candidate = copy.deepcopy(mgr.current.doc)
+    candidate["groups"][1]["choices"] = [{"config": unseen, "p": 1.0}]
+    assert not mgr._maybe_publish(candidate, [], [], now) and mgr.current.version == version
+    kept = mgr.store.query("SELECT reason FROM audit WHERE action = 'ope-gate'")
+    assert "the logs show only" in kept[-1][0]
+    both = copy.deepcopy(mgr.current.doc)  # the same move as a tenth probe: within what the gate allows
+    both["groups"][1]["choices"] = [{"config": DEFAULT, "p": 0.85}, {"config": shown, "p": 0.1},
+                                    {"config": unseen, "p": 0.05}]
+    ok, why = mgr._ope_check(both, now)
+    assert "the logs show only" not in why
+    mgr.close()
+
+
+def test_ope_logs_resolve_a_quic_record_as_the_edge_decided_it(tmp_path):
+    """tailor-edge chooses a QUIC connection's configuration from the client address alone (its first Initial
+    packet comes before the ClientHello), so the gate's logs give a QUIC record (alpn h3) no SNI and no device,
+    and a table's SNI rule does not change what the estimate assumes it was drawn with; TCP records keep them."""
+    from tailor.manager.service import Manager, ope_logs
+
+    mgr = Manager(cfg(tmp_path), clock=lambda: T0)
+    response = {"time": T0 + 1, "kind": "response", "client_prefix": "10.1.2.0/24", "client_addr": "10.1.2.9",
+                "config_id": DEFAULT, "probability": 0.5, "table_version": 1, "ttfb_ms": 100.0, "ttlb_ms": 400.0,
+                "object_bytes": 100_000, "sni": "shop.example", "device": "desktop"}
+    records = [{**response, "alpn": "h3"}, {**response, "time": T0 + 2, "alpn": "h2"}]
+    assert mgr.ingest(batch(records)).status == 202
+    mgr.flush()
+    logs = ope_logs(mgr.store, T0)
+    assert len(logs) == 2 and set(zip(logs.sni, logs.device)) == {(None, None), ("shop.example", "desktop")}
+    mgr.close()
+
+
+def test_the_feeder_keeps_the_policys_own_table_across_a_restart_and_a_rollback(tmp_path):
+    """The feed tells a guardrail's service (stickiness's incumbent) from the policy's own decisions by the policy's
+    table before the guardrails. A restart and a failed cycle's rollback must give the feeder that table as the last
+    good state had it, not the published (guarded) one (until 2026-12-06 they gave the published one, so for a cycle
+    the incumbent's page loads were fed as the policy's own: found by review)."""
+    from tailor.manager.service import Manager
+
+    conf = cfg(tmp_path, policy="mab-nc", policy_params=(("epsilon", 0.3),))
+    mgr = Manager(conf, clock=lambda: T0)
+    edge = SyntheticEdge(PREFIXES, factor=lambda p, c: 0.6 if c == OTHER[0] else 1.0, seed=5)
+
+    def post(m, records):
+        assert m.ingest(batch(records)).status == 202
+
+    edge.apply(mgr.current.doc)
+    post(mgr, edge.records(1500, T0))
+    mgr.run_cycle(now=T0 + 99)
+    for g in mgr.current.doc["groups"]:  # stickiness keeps an incumbent the policy no longer gives
+        mgr.guard.incumbent[g["id"]] = OTHER[-1]
+    edge.apply(mgr.current.doc)
+    post(mgr, edge.records(1500, T0 + 100))
+    mgr.run_cycle(now=T0 + 199)
+    own = {g: set(c) for g, c in mgr.feeder.policy_choices.items()}
+    published = {g["id"]: {c["config"] for c in g["choices"]} for g in mgr.current.doc["groups"]}
+    assert any(OTHER[-1] in published[g] and OTHER[-1] not in own.get(g, set()) for g in published)
+    mgr.close()
+    again = Manager(conf, clock=lambda: T0 + 250)  # a restart from the same data directory
+    assert again.feeder.policy_choices == own
+    again._rollback_state()  # what a failed cycle does
+    assert again.feeder.policy_choices == own
+    again.close()
+
+
 def test_feed_marks_what_a_guardrail_served_and_tailor_does_not_charge_it(tmp_path):
     """A configuration the policy's own (planned) table does not give a record's group was served by a guardrail
     (stickiness kept the incumbent): the feed passes it as arm 'served', and tailor learns from it without

@@ -363,6 +363,26 @@ def test_ope_gate_rule():
         ope_gate(current, current, tolerance=-1)
 
 
+def test_snips_support_is_the_share_of_a_tables_choices_the_logs_show(logs):
+    """The mean importance weight is about 1 for a table whose every choice the logger could have made, and about
+    1 - m for one that puts the share m of the traffic on a configuration no logged record in its context had (X,
+    never logged); SNIPS values such a table on the other records alone, so the gate keeps it out."""
+    held = 0.2  # LOGGER's holdback: held-back records had the default
+    covered = make_table({"g1": {A: 1.0}, "g2": {C: 1.0}, "g3": {B: 1.0}}, LOGGER["rules"], holdback=held)
+    est = table_value(covered, logs, cluster=cohort_clusters(logs.client))["snips"]
+    assert est.support_high >= 1.0  # (the clients keep their draws: the interval is wide)
+    # 10.1/16 (g1: two fifths of the traffic) moved to X, which no record there had: its estimate rests on the rest
+    moved = make_table({"g1": {X: 1.0}, "g2": {C: 1.0}, "g3": {B: 1.0}}, LOGGER["rules"], holdback=held)
+    est = table_value(moved, logs, cluster=cohort_clusters(logs.client))["snips"]
+    assert est.support_high < 0.9
+    current = table_value(LOGGER, logs, cluster=cohort_clusters(logs.client))["snips"]
+    ok, why = ope_gate(est, current)
+    assert not ok and "the logs show only" in why
+    assert "the logs show only" not in ope_gate(est, current, max_unsupported=0.9)[1]  # an operator may allow it
+    with pytest.raises(ValueError, match="max_unsupported"):
+        ope_gate(est, current, max_unsupported=1.0)
+
+
 def test_gate_keeps_a_slower_table_out_and_publishes_a_faster_one(logs):
     """With table_value on the logs of LOGGER: all of g1 on A (fast) passes, all of g1 on B (slow) does not."""
     current = table_value(LOGGER, logs)["snips"]

@@ -1193,6 +1193,65 @@ def test_tcp_only_telemetry_reaches_edges_without_sni_or_device():
         f"the learned 30% faster configuration does not reach connections without SNI or device: {main}"
 
 
+def test_a_table_serves_every_connection_its_own_groups_choices():
+    """An edge takes the most specific rule that matches a connection. A (website, device) cell whose group gives the
+    baseline must keep its connections off a less specific rule of the same prefix whose group departs from it:
+    here a configuration 40% faster on desktops is 50% slower on Android phones, so the (website, any device) group
+    plays it and the (website, android) group stays on the baseline. Until 2026-12-06 the baseline group had no rule
+    and an Android connection was served the departure (found by review: ``_table`` wrote rules for departing groups
+    only). Every (prefix, website, device) the table covers is resolved by ``decide`` to its own group's choices."""
+    from tailor.grouping import PrefixArchive
+    from tailor.grouping.classes import DEVICES
+    from tailor.table import compile_table
+    from tailor.table.decide import DecisionTable, decide
+
+    space = ConfigSpace.named("core")
+    archive = PrefixArchive(0.3)
+    rtt, goodput, loss, site = 300.0, 1.5, 0.02, "shop.example"
+    prefixes = [f"10.9.{net}.0/24" for net in range(4)]
+    for prefix in prefixes:
+        archive.update(prefix, 0.0, goodput, loss, rtt)
+    pol = make_policy("tailor", seed=7, alpha=0.05)
+    pol.reset(space, PolicyEnv(websites=(site,), update_period_s=300.0, archive=archive))
+    good = _one_knob(pol, space, "tcp.congestion_control", "cubic")
+    rng = np.random.default_rng(13)
+    for i in range(6000):
+        if i and i % 300 == 0:
+            pol.plan(float(i), compile=False)
+        prefix = prefixes[i % len(prefixes)]
+        device = "android" if rng.random() < 0.35 else "desktop"
+        client = ClientInfo(prefix.replace(".0/24", f".{2 + i % 200}"), prefix, 0, "", device, "")
+        history = PrefixHistory(goodput * rng.uniform(0.95, 1.05), loss, rtt, 10, 30.0)
+        ctx = Context(float(i), f"s{i}", client, site, rtt * rng.uniform(1.0, 1.05), history, 0)
+        d = pol.select(ctx)
+        if d.config == pol.baseline_index:
+            factor = 1.0
+        elif d.config == good:
+            factor = 0.6 if device == "desktop" else 1.5
+        else:
+            factor = 1.5 if device == "android" else 1.2
+        pol.observe(ctx, d, Outcome(6000.0 * factor * (1.0 + 0.1 * rng.standard_normal() ** 2), 10.0,
+                                    ctx.handshake_rtt_ms, 0.0, 100_000))
+    pol.plan(6000.0, compile=False)
+    table = compile_table(pol, 6000.0, 1, archive)
+    resolver = DecisionTable(table, validated=True)
+    choices = {g["id"]: {c["config"]: round(c["p"], 9) for c in g["choices"]} for g in table["groups"]}
+    base = {space.configs[pol.baseline_index].id: 1.0}
+    checked = stays = 0
+    for prefix in prefixes:
+        addr = prefix.replace(".0/24", ".77")
+        for device in (*DEVICES, ""):
+            client = ClientInfo(addr, prefix, 0, "", device, "")
+            ctx = Context(6001.0, "probe", client, site, rtt, archive.get(prefix, 6000.0), 0)
+            own = choices[pol.group_of(ctx)]
+            served = decide(resolver, addr, site, device or None, draw=0)
+            assert choices[served.group] == own, (prefix, device, served.group, pol.group_of(ctx))
+            checked += 1
+            stays += own == base and choices[resolver.group_of(addr, site)] != base
+    assert checked == len(prefixes) * (len(DEVICES) + 1)
+    assert stays >= len(prefixes), "the world must have baseline cells under a departing (website, any) group"
+
+
 @pytest.mark.parametrize("center", ["safe", "both"])
 def test_local_probes_may_step_from_the_lowest_mean_when_asked(center):
     """``probe='local'`` keeps a probe one knob from the safe choice; with ``probe_center='both'`` also one knob

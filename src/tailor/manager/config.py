@@ -47,6 +47,7 @@ class ManagerConfig:
     ope_gate: bool = False
     ope_window_s: float = 3600.0
     ope_tolerance: float = 0.01  # 0 stalls learning: a near-identical candidate has a slightly wider interval
+    ope_max_unsupported: float = 0.1  # the share of a candidate's choices the window's logs may not show (ope_gate)
     # MaxMind-format databases (tailor.enrich) for the clients' ASN and region when a record carries none; None: unknown
     geoip_asn: str | None = None  # GeoLite2-ASN layout
     geoip_region: str | None = None  # GeoLite2-City or GeoLite2-Country layout
@@ -69,6 +70,7 @@ class ManagerConfig:
         check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)
         check(self.ope_window_s > 0, own, "ope_window_s", "> 0", self.ope_window_s)
         check(self.ope_tolerance >= 0, own, "ope_tolerance", ">= 0", self.ope_tolerance)
+        check(0 <= self.ope_max_unsupported < 1, own, "ope_max_unsupported", "in [0, 1)", self.ope_max_unsupported)
 
 
 # -- `tailor manager --config FILE`: the flags as TOML keys

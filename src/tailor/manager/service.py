@@ -37,7 +37,7 @@ from tailor.table import compile_table, validate_table
 
 STATE_FORMAT = 1
 MAX_EDGES = 10_000  # distinct telemetry sources tracked for the applied-version report
-QUARANTINE_AFTER = 3  # consecutive failed cycles over the same telemetry before that span is skipped
+QUARANTINE_AFTER = 3  # consecutive failed cycles from the same watermark before the first one's span is skipped
 LOCAL = object()  # Manager(state=LOCAL): the learned state of <data>/state.pkl (the single-machine mode)
 
 
@@ -56,10 +56,16 @@ class Health:
     cycles_failed: int = 0
 
     def cycle_failed(self, error: str, span: tuple[int, int]) -> int:
+        """Count a failed cycle over the telemetry ``span`` (fed_seq, written_seq). Failures from the same start are
+        consecutive even when new telemetry has arrived in between (live traffic moves the span's end every cycle:
+        counting only identical spans, as until 2026-12-06, never reached the quarantine); ``failed_span`` keeps
+        the first of them, the span every one of those cycles failed on."""
         self.cycles_failed += 1
-        self.consecutive_failures = self.consecutive_failures + 1 if span == self.failed_span or \
-            self.failed_span is None else 1
-        self.cycle_error, self.failed_span = error, span
+        if self.failed_span is not None and span[0] == self.failed_span[0]:
+            self.consecutive_failures += 1
+        else:
+            self.consecutive_failures, self.failed_span = 1, span
+        self.cycle_error = error
         return self.consecutive_failures
 
     def cycle_ok(self) -> None:
@@ -109,8 +115,8 @@ class Manager:
         if self.enricher.configured:
             log("enrich.databases", **self.enricher.describe())
         self.current = self._load_or_create_table()
+        self._set_policy_table()
         self._good_state = self._state_bytes()  # what a failed cycle rolls back to
-        self.feeder.set_policy_table(self.current.doc)
 
     # -- state
     def _signature(self) -> dict:
@@ -130,7 +136,7 @@ class Manager:
             params = dict(self.cfg.policy_params)
             self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None
-            self.sites = self._new_sites()
+            self.sites, self._policy_choices = self._new_sites(), None
         else:
             if state.get("signature") != self._signature():
                 raise ParameterError(f"The 'data' parameter of tailor manager holds state learned with "
@@ -151,7 +157,8 @@ class Manager:
     def _state_bytes(self) -> bytes:
         return pickle.dumps({"format": STATE_FORMAT, "signature": self._signature(), "policy": self.policy,
                              "archive": self.archive, "guard": self.guard, "fed_seq": self.fed_seq,
-                             "override_until": self.override_until, "sites": self.sites},
+                             "override_until": self.override_until, "sites": self.sites,
+                             "policy_choices": self.feeder.policy_choices},
                             protocol=pickle.HIGHEST_PROTOCOL)
 
     def snapshot(self) -> None:
@@ -163,12 +170,24 @@ class Manager:
         self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
         self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
         self.sites = state.get("sites") or self._new_sites()  # state written before SNI admission has none
+        self._policy_choices = state.get("policy_choices")  # state written before 2026-12-06 has none
+
+    def _set_policy_table(self) -> None:
+        """The feeder's view of the policy's own table (before the guardrails), as the last good state had it: a
+        record that the guardrails served instead (stickiness, a rollback) is fed as ``served``, not charged to the
+        policy. Until 2026-12-06 a restart and a failed cycle's rollback gave the feeder the published table (after
+        the guardrails), so for a cycle such records were fed as the policy's own decisions. A state without it
+        (written before, or fresh) falls back to the published table."""
+        if self._policy_choices is not None:
+            self.feeder.policy_choices = {g: set(c) for g, c in self._policy_choices.items()}
+        else:
+            self.feeder.set_policy_table(self.current.doc)
 
     def _rollback_state(self) -> None:
         """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy)."""
         self._adopt(pickle.loads(self._good_state))
         self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher)
-        self.feeder.set_policy_table(self.current.doc)
+        self._set_policy_table()
 
     def _load_or_create_table(self) -> pub.Published:
         latest = self.store.latest_table()
@@ -177,8 +196,10 @@ class Manager:
             return pub.Published.of(doc, origin)
         now = self.clock()
         self.policy.plan(now, compile=False)
-        table, _ = apply_guardrails(compile_table(self.policy, now, 1, self.archive, self.feeder.place_of), self.guard,
-                                    self.guard_cfg, self.knobs)
+        planned = compile_table(self.policy, now, 1, self.archive, self.feeder.place_of)
+        self.feeder.set_policy_table(planned)
+        self._policy_choices = self.feeder.policy_choices
+        table, _ = apply_guardrails(planned, self.guard, self.guard_cfg, self.knobs)
         self.current = None
         published = self._publish(table, "policy", "manager", "publish", "initial table", now)
         self.snapshot()
@@ -335,8 +356,8 @@ class Manager:
     def run_cycle(self, now: float | None = None) -> CycleSummary:
         """One update cycle. A failure is isolated: the learned state rolls back to the last good snapshot,
         the published table stays, /healthz and the metrics report it, and the next cycle tries again. When
-        the same span of telemetry fails ``QUARANTINE_AFTER`` cycles in a row it is skipped (counted), so one
-        poisoned record cannot stop learning for good."""
+        ``QUARANTINE_AFTER`` cycles in a row fail from the same watermark, the span the first of them read is skipped
+        (counted), so one poisoned record cannot stop learning for good, also while telemetry keeps arriving."""
         with self._cycle_lock:
             upto = self.written_seq
             try:
@@ -353,6 +374,7 @@ class Manager:
         self._rollback_state()
         n = self.health.cycle_failed(f"{type(err).__name__}: {str(err)[:300]}", span)
         log("cycle.failed", logging.ERROR, error=str(err)[:300], consecutive=n, fed_seq=self.fed_seq, upto=upto)
+        upto = self.health.failed_span[1]  # the quarantine skips the span the first of these failures had
         if n >= QUARANTINE_AFTER and upto > self.fed_seq:
             skipped = self.store.count_between(self.fed_seq, upto)
             self.metrics.quarantined.inc(skipped)
@@ -424,7 +446,7 @@ class Manager:
             clusters = cohort_clusters(logs.client)  # a client keeps its draws for a table version
             candidate = table_value(DecisionTable(table, validated=True), logs, cluster=clusters)["snips"]
             current = table_value(self.current.resolver(), logs, cluster=clusters)["snips"]
-            return ope_gate(candidate, current, self.cfg.ope_tolerance)
+            return ope_gate(candidate, current, self.cfg.ope_tolerance, self.cfg.ope_max_unsupported)
         except Exception as err:  # noqa: BLE001 (the gate fails closed; the cycle and learning go on)
             log("ope_gate.failed", logging.ERROR, error=str(err)[:300])
             return False, f"gate failed: {type(err).__name__}: {str(err)[:200]}"
@@ -483,18 +505,24 @@ class Manager:
 
 OPE_MAX_RECORDS = 100_000  # the gate values tables on at most this many of the window's most recent records
 OPE_SQL = """
-SELECT coalesce(client_addr, split_part(client_prefix, '/', 1)), sni, device, config_id, probability,
+SELECT coalesce(client_addr, split_part(client_prefix, '/', 1)),
+       CASE WHEN alpn = 'h3' THEN NULL ELSE sni END, CASE WHEN alpn = 'h3' THEN NULL ELSE device END,
+       config_id, probability,
        CASE WHEN kind = 'pageload' THEN plt_ms WHEN kind = 'response' THEN ttlb_ms
             WHEN alpn IS NULL AND tls_fingerprint IS NULL THEN duration_ms END AS done
 FROM telemetry WHERE time >= ? AND probability IS NOT NULL AND done IS NOT NULL AND done > 0
 ORDER BY time DESC, seq DESC LIMIT ?
 """
+# tailor-edge decides a QUIC connection (alpn h3) on its first Initial packet, from the client address alone
+# (edge/internal/edge/quic.go): its record reports the SNI and device learned later, but a table's rules naming
+# them never chose its configuration, so the off-policy estimate resolves it as the edge did (until 2026-12-06 it
+# resolved it with them: the logged probability was not the one the estimate assumed, found by review)
 
 
 def ope_logs(store: Store, since: float, limit: int = OPE_MAX_RECORDS):
     """The stored telemetry since ``since`` as :class:`tailor.ope.Logs` (completion time as in the feed, clipped
     to its bounds; client = address, else the prefix's network address; records whose client is not an address
-    are left out), or None when there is none."""
+    are left out; a QUIC record without its SNI and device, as the edge decided it), or None when there is none."""
     import ipaddress
 
     from tailor.manager.feed import BOUNDS

@@ -2273,8 +2273,14 @@ class TailorPolicy(Policy):
             groups[gid] = self._table_choice(cell, self._group(cell), left, loads, placed_sd)
         for sd in placed_sd:
             self._probe_played(sd)
+        # a group that gives the baseline needs no rule of its own unless a less specific rule of the same prefix
+        # would catch its connections for a group that departs from it (an edge takes the most specific matching
+        # rule: (website, device), (website, any), (any, device), (any, any)); without one they were served
+        # that group's departure, unbudgeted and logged under its id
+        departs = {(prefix, site, device) for prefix, site, device, gid in placed if groups[gid] != {self._base: 1.0}}
         rules += [{"prefix": prefix, "sni": site, "device": device, "group": gid} for prefix, site, device, gid in placed
-                  if groups[gid] != {self._base: 1.0}]
+                  if (prefix, site, device) in departs
+                  or any((prefix, s, d) in departs for s, d in ((site, ""), ("", device), ("", "")) if (s, d) != (site, device))]
         return groups, rules
 
     def _table_choice(self, cell: tuple, group: str, left: dict[str, list[float]], loads: float,

@@ -622,3 +622,38 @@ def test_feed_marks_what_a_guardrail_served_and_tailor_does_not_charge_it(tmp_pa
     feeder.set_policy_table({"groups": [{"id": "g1", "choices": [{"config": base, "p": 0.9}, {"config": other, "p": 0.1}]}]})
     feeder.feed([row(4, other)])
     assert policy._slack[group] < slack  # the policy's own probe is charged
+
+
+def test_stickiness_moves_its_incumbent_only_when_the_table_is_published(tmp_path):
+    """Stickiness switches a group's incumbent when the policy's candidate beats it with confidence; until 2026-12-07
+    it switched it also in a cycle whose table was not published (an operator's override, the OPE gate), so the
+    state named as incumbent a configuration no edge served as the group's main choice, and the one edges did serve
+    was no longer the one the rollback test watched (found by review). Now a held table leaves the incumbents as the
+    last published table has them, and the next published cycle switches them."""
+    from tailor.manager.service import Manager
+
+    fast = OTHER[0]
+    mgr = Manager(cfg(tmp_path, policy="mab-nc", policy_params=(("epsilon", 0.3),)), clock=lambda: T0)
+    edge = SyntheticEdge(PREFIXES, factor=lambda p, c: 0.5 if c == fast else 1.0, seed=5)
+    edge.apply(mgr.current.doc)
+    assert mgr.ingest(batch(edge.records(1500, T0))).status == 202
+    assert mgr.run_cycle(now=T0 + 99).published
+    frozen = copy.deepcopy(mgr.current.doc)  # the operator serves half of every group with the fast configuration
+    for g in frozen["groups"]:
+        g["choices"] = [{"config": DEFAULT, "p": 0.5}, {"config": fast, "p": 0.5}]
+    frozen["configs"][fast] = mgr.knobs[fast]
+    held = mgr.override(frozen, "op", "freeze")
+    edge.apply(mgr.current.doc)
+    assert mgr.ingest(batch(edge.records(3000, T0 + 100))).status == 202
+    before = dict(mgr.guard.incumbent)
+    summary = mgr.run_cycle(now=T0 + 199)
+    assert not summary.published and mgr.current.version == held.version
+    assert mgr.guard.incumbent == before  # nothing the policy chose was served
+    mgr.clear_override("op", "done")
+    summary = mgr.run_cycle(now=T0 + 299)
+    assert summary.published
+    switched = {g for g, c in mgr.guard.incumbent.items() if c == fast}
+    assert switched  # the evidence of the held cycle switches them once a table is published
+    greedy_of = {g["id"]: max(g["choices"], key=lambda c: c["p"])["config"] for g in mgr.current.doc["groups"]}
+    assert all(greedy_of[g] == fast for g in switched)
+    mgr.close()

@@ -396,9 +396,14 @@ class Manager:
         self.policy.plan(now, compile=False)
         planned = compile_table(self.policy, now, 1, self.archive, self.feeder.place_of)
         self.feeder.set_policy_table(planned)
+        served = dict(self.guard.incumbent)  # the main choices the edges serve (after this cycle's rollbacks)
         table, notes = apply_guardrails(planned, self.guard, self.guard_cfg, self.knobs)
         notes += pub.enforce_budget(table, self.cfg.max_rules)
         published = self._maybe_publish(table, notes, events, now)
+        if not published and pub.content_key(table) != self.current.key:
+            # held (an override, the OPE gate): stickiness's switches wait for a table that edges serve, and the
+            # rollback test keeps watching the incumbents they do serve (until 2026-12-07 the switch stayed)
+            self.guard.incumbent = served
         deleted = self.store.delete_before(now - self.cfg.retention_days * 86400.0)
         self.store.save_prefixes(self.archive)
         duration = time.perf_counter() - started

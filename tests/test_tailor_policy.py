@@ -1629,3 +1629,45 @@ def test_audit_sums_agree_batch_and_one_by_one():
         assert a[0] > 10 and a[3] > 3
         assert b[1] / b[0] == pytest.approx(a[1] / a[0], abs=0.05)
     assert one._audit_world is not None and many._audit_world is not None
+
+
+def test_a_tables_probe_is_the_one_select_would_try_around_the_guards_choice():
+    """``select`` chooses a cell's probe around the guard's safe choice, among configurations whose optimistic bound
+    beats the safe choice's pessimistic one by ``min_gain``, and never the safe choice itself. A table must write that
+    probe next to its main choice. Until 2026-12-07 the table centred it on the main choice (the greedy one when it is
+    played), so where the greedy choice departs it could write the safe choice as the probe (found by review; in this
+    world one of ten probed cells)."""
+    from tailor.grouping import PrefixArchive
+
+    space = ConfigSpace.named("core")
+    archive = PrefixArchive(0.3)
+    for k, p in enumerate(POPULATIONS.values()):
+        for net in range(8):
+            archive.update(f"10.{k}.{net}.0/24", 0.0, p["goodput"], p["loss"], p["rtt"])
+    probed = departs = 0
+    for seed, alpha in ((3, 0.01), (3, 0.05), (1, 0.01)):
+        pol = make_policy("tailor", seed=7, explore_share=0.1, alpha=alpha)
+        pol.reset(space, PolicyEnv(websites=SITES, update_period_s=300.0, archive=archive))
+        rng = np.random.default_rng(seed)
+        _run(pol, space, rng, 3000, _slowdowns(pol, space, np.exp(rng.normal(0.05, 0.12, len(space)))))
+        pol.plan(3000.0, compile=False)
+        pol._slack = dict.fromkeys(pol._slack, 1e9)  # every probe is paid for
+        pol._slack_n = dict.fromkeys(pol._slack, 1e9)
+        decided = []
+        choose = pol._table_choice
+        pol._table_choice = lambda cell, group, *rest: decided.append((cell, group, out := choose(cell, group, *rest))) or out
+        pol.table_groups()
+        pol.table_rules()
+        for cell, group, out in decided:
+            if len(out) < 2:
+                continue
+            mean, sd, _, _ = pol._effects(cell, group)
+            mean, _ = pol._charged(mean, pol._check_key(cell, group))
+            ucb, ok, near = pol._bounds(mean, sd)
+            guard = int(np.argmin(np.where(ok, ucb, np.inf)))
+            main, probe = max(out, key=out.get), min(out, key=out.get)
+            assert probe != guard and near[probe], (alpha, cell, main, guard, probe)
+            assert mean[probe] - pol.explore_beta * sd[probe] < ucb[guard] - pol.min_gain
+            probed += 1
+            departs += main != guard
+    assert probed >= 10 and departs >= 1

@@ -2297,7 +2297,7 @@ class TailorPolicy(Policy):
         mean, sd, level, level_var = self._effects(cell, group)
         mean, charge = self._charged(mean, self._check_key(cell, group))
         ucb, ok, near = self._bounds(mean, sd)
-        safe = int(np.argmin(np.where(ok, ucb, np.inf)))
+        safe = guard = int(np.argmin(np.where(ok, ucb, np.inf)))
         if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:
             return {safe if ucb[safe] <= 0.0 else self._base: 1.0}
         slack, slack_n = self._slack.get(group, 0.0), self._slack_n.get(group, 0.0)
@@ -2322,7 +2322,11 @@ class TailorPolicy(Policy):
         if exploit != safe and mean[exploit] + charge < ucb[safe] - self.min_gain \
                 and self._confirmed(cell, exploit, safe) and pay(1.0 - share, exploit):
             main = exploit
-        probe = self._probe_of(mean, sd, ucb, main, near, best) if share > 0.0 else None
+        # the probe as ``select`` chooses it: around the guard's safe choice and measured against it (until
+        # 2026-12-07 around the main choice, so a greedy main with a wider bound admitted probes select would not)
+        probe = self._probe_of(mean, sd, ucb, guard, near, best) if share > 0.0 else None
+        if probe == main:  # select would play it as a probe; the table already serves it
+            probe = None
         if probe is not None and not self._worth(mean, sd, probe, best, group,
                                                  self._horizon(cell, self._times.get(group, (0, 0.0))[0])):
             probe = None

@@ -158,6 +158,21 @@ def test_request_size_bounded_and_queue_overflow_counted(tmp_path):
             r = c.post("/v1/telemetry", content=batch([record(i) for i in range(11)]), headers=AUTH)
         assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.json()["dropped"] == 11
         assert "tailor_ingest_dropped_records_total 11.0" in c.get("/metrics").text
+        # an edge reports its own drops with every retry of a batch: they are counted once, when it is acknowledged
+        # (until 2026-12-07 with every attempt; found by review)
+        def with_drops(n):
+            return json.dumps({"schema": "tailor.telemetry/v1", "source": "edge-t", "dropped": 100,
+                               "records": [record(i) for i in range(n)]}).encode()
+
+        with mgr._write_lock:
+            for _ in range(3):
+                assert c.post("/v1/telemetry", content=with_drops(11), headers=AUTH).status_code == 503
+        assert c.post("/v1/telemetry", content=json.dumps({"schema": "tailor.telemetry/v1", "source": "edge-t",
+                      "dropped": 100, "records": [{"kind": "bogus"}]}), headers=AUTH).status_code == 400
+        assert "tailor_edge_dropped_records_total 0.0" in c.get("/metrics").text
+        assert c.post("/v1/telemetry", content=with_drops(3), headers=AUTH).status_code == 202
+        assert c.post("/v1/telemetry", content=with_drops(0), headers=AUTH).status_code == 202  # drops alone
+        assert "tailor_edge_dropped_records_total 200.0" in c.get("/metrics").text
 
 
 def test_feed_mapping(tmp_path):

@@ -12,10 +12,12 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import t as student_t
 
 from tailor.eval.offpolicy import choose_loggers, offpolicy_evaluation, offpolicy_report, offpolicy_section
 from tailor.eval.run import evaluate, write_results
-from tailor.ope import Estimate, Logs, cohort_clusters, fit_q_model, ope_gate, table_value, target_probabilities
+from tailor import ope
+from tailor.ope import Estimate, Logs, cohort_clusters, fit_q_model, ope_gate, snips, table_value, target_probabilities
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig
 from tailor.space import ConfigSpace
@@ -83,7 +85,7 @@ def test_target_probabilities_are_the_logged_marginals_and_snips_on_policy_is_th
     est = table_value(LOGGER, logs)
     assert set(est) == {"snips"}
     s = est["snips"]
-    half = 1.959963984540054 * np.std(logs.cost, ddof=1) / math.sqrt(len(logs))
+    half = student_t.ppf(0.975, len(logs) - 1) * np.std(logs.cost, ddof=1) / math.sqrt(len(logs))  # ess = n
     assert s.value == pytest.approx(np.mean(logs.cost), rel=1e-12) and s.ess == pytest.approx(len(logs))
     assert (s.low, s.high) == pytest.approx((s.value - half, s.value + half), rel=1e-9)
     # a DecisionTable is accepted as well as a document
@@ -356,9 +358,10 @@ def test_ope_gate_rule():
     assert ope_gate(est(1000.0, 80.0), current, tolerance=0.03)[0]  # 1080 <= 1050 * 1.03
     nan = Estimate("snips", math.nan, math.nan, math.nan, 1000, 0.0, 0.95)
     ok, why = ope_gate(nan, current)
-    assert not ok and "not supported by the logs" in why
+    assert not ok and "no interval from the logs" in why
     ok, why = ope_gate(est(1000.0, 50.0), nan)
     assert ok and "no evidence" in why
+    assert not ope_gate(nan, nan)[0]  # logs of one client cohort: neither has an interval, the candidate stays out
     with pytest.raises(ValueError, match="tolerance"):
         ope_gate(current, current, tolerance=-1)
 
@@ -437,3 +440,38 @@ def test_no_stochastic_logger_gives_no_rows_and_a_reason(ev):
     res = offpolicy_evaluation(ev, "nope")
     assert res["rows"] == [] and "was not run" in res["reason"]
     assert "Not computed" in offpolicy_section(type("E", (), {"offpolicy": res})())
+
+
+def test_an_estimate_resting_on_one_or_two_clients_gets_no_interval_or_a_wide_one():
+    """A candidate that moves every connection to a configuration one client happened to draw is valued on that
+    client's page loads alone. Its interval must say so: with one client none (the gate keeps it out), with a few a
+    Student's t quantile on their effective number. Until 2026-12-07 the interval used the normal quantile on every
+    cluster with records: one client gave a zero-width interval, and the gate published a table 60% slower than the
+    current one (found by review)."""
+    rng = np.random.default_rng(11)
+    clients = np.repeat(np.arange(300), 8)
+    level = np.exp(rng.normal(0.0, 0.3, 300))[clients]  # client random effects
+    cost = 1000.0 * level * rng.gamma(20.0, 1 / 20.0, clients.size)
+    drew_x = np.isin(clients, [7])  # the logger gave X with p 0.01: one client drew it
+    logged_p = np.where(drew_x, 0.01, 0.99)
+    to_x = np.where(drew_x, 1.0, 0.0)  # the candidate: X for everyone
+    one = snips([1.0, 2.0, 3.0], [0.5, 0.5, 0.5], [1.0, 0.0, 0.0])  # one record carries the weight: no interval
+    assert one.value == 1.0 and math.isnan(one.low) and math.isnan(one.high)
+    assert snips(cost, logged_p, to_x).ess == pytest.approx(8.0)  # the client's 8 page loads, as if independent
+    logs = Logs(client=[f"10.0.{c // 250}.{c % 250 + 1}" for c in clients], config=np.where(drew_x, X, A),
+                probability=logged_p, cost=cost, sni=[None] * clients.size, device=[None] * clients.size,
+                features={})
+    target = make_table({"x": {X: 1.0}}, [{"prefix": "0.0.0.0/0", "group": "x"}])
+    current = make_table({"x": {A: 0.99, X: 0.01}}, [{"prefix": "0.0.0.0/0", "group": "x"}])
+    clusters = cohort_clusters(logs.client)
+    cand = table_value(target, logs, cluster=clusters)["snips"]
+    assert math.isnan(cand.high)
+    assert not ope_gate(cand, table_value(current, logs, cluster=clusters)["snips"])[0]
+    # three clients drew X: an interval, on two degrees of freedom (the normal quantile's would be 2.2 times narrower)
+    drew = np.isin(clients, [7, 100, 200])
+    w = np.where(drew, 1.0 / 0.01, 0.0)
+    est3 = snips(cost, np.where(drew, 0.01, 0.99), np.where(drew, 1.0, 0.0))
+    by_client = ope._clustered(est3, w * (cost - est3.value) / np.mean(w), clients, w)
+    sums = np.bincount(clients, weights=w * (cost - est3.value) / np.mean(w))
+    se = math.sqrt(300 / 299 * np.sum(sums ** 2)) / cost.size
+    assert by_client.high - by_client.value == pytest.approx(student_t.ppf(0.975, 2.0) * se, rel=1e-9)

@@ -3,6 +3,7 @@ package edge
 import (
 	"context"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -101,8 +102,16 @@ func (s *Server) connDecision(c *Conn) *ConnState {
 	if !s.cfg.Static {
 		return nil
 	}
+	return s.staticState(remoteAddr(c.Conn))
+}
+
+// staticState is what --static serves a client: the table default, with
+// probability 1 (until 2026-12-07 a response or page-load record under
+// --static had prefix "unknown" and table version 0, which the manager
+// refuses; found by review).
+func (s *Server) staticState(addr netip.Addr) *ConnState {
 	plan := s.plan.Load()
-	st := &ConnState{Decision: Decision{Conf: plan.Default}, Addr: remoteAddr(c.Conn), Device: UnknownDevice, TableVersion: plan.Table.Version}
+	st := &ConnState{Decision: Decision{Conf: plan.Default}, Addr: addr, Device: UnknownDevice, TableVersion: plan.Table.Version}
 	st.Config, st.P = plan.Default.ID, 1
 	return st
 }

@@ -125,3 +125,34 @@ func TestConnectionRecordsBounded(t *testing.T) {
 		t.Errorf("%d records shipped, %d dropped (sink says %d); want 2 and 4", len(recs), dropped, s.sink.Dropped())
 	}
 }
+
+// TestStaticRecordsNameTheClient: with --static (no per-connection
+// selection) a response record carries the client's prefix and the table's
+// version, as the connection record does; until 2026-12-07 it had prefix
+// "unknown" and version 0, and the manager refused it.
+func TestStaticRecordsNameTheClient(t *testing.T) {
+	out := &lockedBuffer{}
+	table := tableJSON(t, 4, h11, route{prefix: "127.0.0.0/8", sni: "fast.test", values: h2})
+	s, addr := startServer(t, Config{Telemetry: "-", TelemetryOut: out, Static: true}, table)
+	get(t, addr, "fast.test", "/data.bin")
+	var recs []telemetry.Record
+	for deadline := time.Now().Add(5 * time.Second); len(recs) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		must(t, s.sink.Flush(context.Background()))
+		out.mu.Lock()
+		data := bytes.Clone(out.b.Bytes())
+		out.mu.Unlock()
+		for _, r := range readBatches(t, data) {
+			if r.Kind == "response" {
+				recs = append(recs, r)
+			}
+		}
+	}
+	if len(recs) != 1 {
+		t.Fatalf("%d response records, want 1", len(recs))
+	}
+	r := recs[0]
+	if r.ClientPrefix != "127.0.0.0/24" || r.TableVersion != 4 || r.ConfigID != configID(t, h11) ||
+		r.Probability == nil || *r.Probability != 1 || r.Device != UnknownDevice {
+		t.Fatalf("static response record %+v", r)
+	}
+}

@@ -71,6 +71,7 @@ func (s *Server) registerScraped(reg prometheus.Registerer) {
 			return metrics.TableAge(time.Now(), s.table().GeneratedAt, time.Unix(0, s.installedAt.Load()))
 		})
 	metrics.CounterFunc(reg, "tailor_edge_table_loads_total", "Tables installed (the first one included).", func() float64 { return float64(s.loads.Load()) })
+	metrics.CounterFunc(reg, "tailor_edge_table_version_regressions_total", "Tables installed with a lower version than the one in force (a restored manager, or a stale table replayed).", func() float64 { return float64(s.regressions.Load()) })
 	metrics.CounterFunc(reg, "tailor_edge_table_rejections_total", "Tables refused: invalid, unsigned or badly signed, too large (with --bus: envelopes).", func() float64 { return float64(s.TablesRefused()) })
 	if s.busTables != nil {
 		s.busTables.RegisterMetrics(reg)

@@ -96,6 +96,17 @@ func TestMetricsMatchRequests(t *testing.T) {
 	if got := m.Value("tailor_edge_table_rejections_total"); got != 1 {
 		t.Errorf("rejections %v, want 1", got)
 	}
+	// a lower version is installed, and counted (until 2026-12-07 silently; found by review)
+	if got := m.Value("tailor_edge_table_version_regressions_total"); got != 0 {
+		t.Errorf("regressions %v before any, want 0", got)
+	}
+	must(t, s.LoadTable(tableJSON(t, 3, h11)))
+	m, err = metrics.Scrape("http://" + s.MetricsAddr() + metrics.Path)
+	must(t, err)
+	if m.Value("tailor_edge_table_version") != 3 || m.Value("tailor_edge_table_version_regressions_total") != 1 {
+		t.Errorf("version %v, regressions %v; want 3, 1", m.Value("tailor_edge_table_version"),
+			m.Value("tailor_edge_table_version_regressions_total"))
+	}
 }
 
 // TestMetricsApplyErrors: real setsockopt failures (a closed descriptor)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"net/netip"
 	"os"
 	"time"
 
@@ -13,6 +14,10 @@ import (
 
 func (s *Server) baseRecord(r *http.Request, kind string) telemetry.Record {
 	st := stateFrom(r.Context())
+	if st == nil && s.cfg.Static { // no handshake selection: the table default, as connDecision says
+		ap, _ := netip.ParseAddrPort(r.RemoteAddr)
+		st = s.staticState(ap.Addr().Unmap())
+	}
 	if st == nil { // not reachable through the TLS listener
 		st = &ConnState{Decision: Decision{Conf: s.plan.Load().Default}, Prefix: "unknown"}
 		st.Config, st.P = st.Conf.ID, 1

@@ -41,6 +41,7 @@ type Server struct {
 
 	refused     atomic.Int64 // tables refused (tables.go)
 	loads       atomic.Int64 // tables installed
+	regressions atomic.Int64 // tables installed with a lower version than the one they replaced (tables.go)
 	fetchErrors atomic.Int64 // table fetches that failed (not refusals)
 	installedAt atomic.Int64 // unix ns of the last installation
 

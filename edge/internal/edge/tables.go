@@ -165,6 +165,12 @@ func (s *Server) provisionTable(t *rules.Table) *Plan {
 }
 
 func (s *Server) install(t *rules.Table) error {
+	// a lower version is installed (a manager restored from a backup restarts its versions) but said and
+	// counted: it may also be a stale table replayed by a cache, and it re-draws every client's arm
+	if old := s.plan.Load(); old != nil && old.Table != nil && t.Version < old.Table.Version {
+		s.regressions.Add(1)
+		s.Log.Printf("edge: warning: table version %d replaces the higher version %d", t.Version, old.Table.Version)
+	}
 	s.plan.Store(s.provisionTable(t))
 	s.loads.Add(1)
 	s.installedAt.Store(time.Now().UnixNano())

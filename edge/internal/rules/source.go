@@ -131,6 +131,7 @@ type Source struct {
 
 	etag   string   // last ETag (URL), of an accepted or a refused body
 	digest [32]byte // hash of the last body (and signature) returned or refused
+	tooBig string   // the last oversized table refused without an ETag: file size and mtime, or URL length and Last-Modified
 }
 
 // Fetch returns the table bytes, or nil when unchanged since the last call
@@ -188,12 +189,17 @@ func (s *Source) readFile() (data []byte, sig string, err error) {
 		return nil, "", err
 	}
 	defer f.Close()
+	// an oversized file is refused once (ErrRefused, counted as a refusal) and not read again until it changes
+	// (until 2026-12-07 it was read and reported as a source error at every poll; found by review)
+	if fi, err := f.Stat(); err == nil && fi.Size() > MaxTableBytes {
+		return nil, "", s.refuseLarge(fmt.Sprintf("%d|%d", fi.Size(), fi.ModTime().UnixNano()), fi.Size())
+	}
 	data, err = io.ReadAll(io.LimitReader(f, MaxTableBytes+1))
 	if err != nil {
 		return nil, "", err
 	}
-	if len(data) > MaxTableBytes {
-		return nil, "", fmt.Errorf("%s: larger than %d bytes", s.Loc, MaxTableBytes)
+	if len(data) > MaxTableBytes { // grew while being read
+		return nil, "", fmt.Errorf("%w: %s: larger than %d bytes", ErrRefused, s.Loc, MaxTableBytes)
 	}
 	if len(s.Keys) > 0 {
 		b, err := os.ReadFile(s.Loc + SignatureSuffix)
@@ -230,27 +236,40 @@ func (s *Source) get(ctx context.Context) (data []byte, sig, keyID string, err e
 	}
 	etag := resp.Header.Get("ETag")
 	if resp.ContentLength > MaxTableBytes {
-		return nil, "", "", s.tooLarge(etag, resp.ContentLength)
+		return nil, "", "", s.tooLarge(etag, resp.ContentLength, resp.Header.Get("Last-Modified"))
 	}
 	data, err = io.ReadAll(io.LimitReader(resp.Body, MaxTableBytes+1))
 	if err != nil {
 		return nil, "", "", err
 	}
 	if len(data) > MaxTableBytes {
-		return nil, "", "", s.tooLarge(etag, int64(len(data)))
+		return nil, "", "", s.tooLarge(etag, int64(len(data)), resp.Header.Get("Last-Modified"))
 	}
 	s.etag = etag
 	return data, resp.Header.Get(SignatureHeader), resp.Header.Get(KeyIDHeader), nil
 }
 
 // tooLarge refuses an oversized table; with an ETag it is remembered (sent
-// in If-None-Match) and reported once.
-func (s *Source) tooLarge(etag string, n int64) error {
-	if etag != "" && etag == s.etag {
+// in If-None-Match) and reported once; without one it is reported once per
+// (length, Last-Modified), and the last good table's ETag is kept.
+func (s *Source) tooLarge(etag string, n int64, lastModified string) error {
+	if etag == "" {
+		return s.refuseLarge(fmt.Sprintf("%d|%s", n, lastModified), n)
+	}
+	if etag == s.etag {
 		return nil // already reported; the server ignored If-None-Match
 	}
 	s.etag = etag
 	return fmt.Errorf("%w: GET %s: %d bytes, larger than %d", ErrRefused, s.Loc, n, MaxTableBytes)
+}
+
+// refuseLarge reports an oversized table once per stamp (nil: the same one again).
+func (s *Source) refuseLarge(stamp string, n int64) error {
+	if stamp == s.tooBig {
+		return nil
+	}
+	s.tooBig = stamp
+	return fmt.Errorf("%w: %s: %d bytes, larger than %d", ErrRefused, s.Loc, n, MaxTableBytes)
 }
 
 // verify checks sig (standard base64, 64 bytes) over data with the key

@@ -263,3 +263,69 @@ func TestManagerCA(t *testing.T) {
 		t.Error("missing CA file accepted")
 	}
 }
+
+// TestOversizedTableRefusedOnce: a table over MaxTableBytes is a refusal
+// (ErrRefused), reported once and not read again until it changes, from a
+// file and from a URL without an ETag, and the URL's last good ETag is kept
+// (until 2026-12-07 a file was read and reported as a source error at every
+// poll, and a URL without an ETag was reported at every poll and made the
+// edge forget its ETag; found by review).
+func TestOversizedTableRefusedOnce(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "table.json")
+	if err := os.WriteFile(path, []byte(`{"v":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	src := &Source{Loc: path}
+	if data, err := src.Fetch(ctx); err != nil || data == nil {
+		t.Fatalf("first table: %q, %v", data, err)
+	}
+	if err := os.Truncate(path, MaxTableBytes+1); err != nil { // sparse: nothing is written
+		t.Fatal(err)
+	}
+	if _, err := src.Fetch(ctx); !errors.Is(err, ErrRefused) || errors.Is(err, ErrSource) {
+		t.Fatalf("oversized file: %v", err)
+	}
+	if data, err := src.Fetch(ctx); data != nil || err != nil {
+		t.Fatalf("oversized file reported again: %d bytes, %v", len(data), err)
+	}
+
+	var mu sync.Mutex
+	big, gets := false, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		gets++
+		if !big {
+			if r.Header.Get("If-None-Match") == `"good"` {
+				w.WriteHeader(http.StatusNotModified)
+				return
+			}
+			w.Header().Set("ETag", `"good"`)
+			_, _ = w.Write([]byte(`{"v":2}`))
+			return
+		}
+		w.Header().Set("Content-Length", "67108865") // MaxTableBytes + 1, no ETag; the body is never read
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	web := &Source{Loc: srv.URL}
+	if data, err := web.Fetch(ctx); err != nil || data == nil {
+		t.Fatalf("first table: %q, %v", data, err)
+	}
+	mu.Lock()
+	big = true
+	mu.Unlock()
+	if _, err := web.Fetch(ctx); !errors.Is(err, ErrRefused) {
+		t.Fatalf("oversized body: %v", err)
+	}
+	if data, err := web.Fetch(ctx); data != nil || err != nil {
+		t.Fatalf("oversized body reported again: %d bytes, %v", len(data), err)
+	}
+	mu.Lock()
+	big = false
+	mu.Unlock()
+	if data, err := web.Fetch(ctx); data != nil || err != nil { // the good table's ETag was kept: 304
+		t.Fatalf("after the oversized body: %q, %v", data, err)
+	}
+}

@@ -88,7 +88,8 @@ func (q *queue) peek() ([]Record, int64) {
 		size += q.sizes[n]
 		n++
 	}
-	return append([]Record(nil), q.pending[:n]...), min(q.dropped, MaxSafeInt)
+	// never nil: a batch that only reports drops carries "records": [] (null is refused by the manager's schema)
+	return append([]Record{}, q.pending[:n]...), min(q.dropped, MaxSafeInt)
 }
 
 // commit forgets n shipped records and the dropped count they reported.
@@ -330,12 +331,17 @@ func (s *HTTPSink) Flush(ctx context.Context) error {
 			}
 			return errors.Join(firstErr, fmt.Errorf("%w (retry in %v, %d records buffered)", err, time.Until(s.next).Round(time.Millisecond), s.q.stats().Pending))
 		default: // refused for good: drop the batch, go on with the next
-			s.q.discard(len(recs))
-			s.refused.Add(int64(len(recs)))
-			s.logf("telemetry: %v: dropped %d records", err, len(recs))
 			if firstErr == nil {
 				firstErr = err
 			}
+			if len(recs) == 0 { // only a drop count, refused: resending it would be refused again
+				s.q.commit(0, dropped)
+				s.logf("telemetry: %v: the count of %d dropped records not delivered", err, dropped)
+				return firstErr
+			}
+			s.q.discard(len(recs))
+			s.refused.Add(int64(len(recs)))
+			s.logf("telemetry: %v: dropped %d records", err, len(recs))
 		}
 	}
 	return firstErr

@@ -309,3 +309,44 @@ func TestFlushFinalCountsWhatStays(t *testing.T) {
 type silentSink struct{ *LineSink }
 
 func (q *silentSink) Flush(context.Context) error { return nil }
+
+// TestDropCountAloneIsAValidBatch: after a drop with nothing else buffered
+// the next batch carries the count with "records": [] (until 2026-12-07 it
+// sent "records": null, which the manager refuses: the count never arrived
+// and every flush re-posted it 16 times; found by review), and a batch of
+// only a count that the manager refuses for good is not posted again.
+func TestDropCountAloneIsAValidBatch(t *testing.T) {
+	m := &manager{codes: []int{http.StatusAccepted}}
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	s, _ := quietSink(srv.URL)
+	bad := connRecord()
+	bad.SNI = "evil\nname"
+	s.Add(bad)
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	posts, accepted := m.snapshot()
+	if posts != 1 || len(accepted) != 1 || accepted[0].Records == nil || *accepted[0].Dropped != 1 {
+		t.Fatalf("posts %d, accepted %+v", posts, accepted)
+	}
+	var raw map[string]json.RawMessage
+	b, _ := json.Marshal(accepted[0])
+	if err := json.Unmarshal(b, &raw); err != nil || string(raw["records"]) != "[]" {
+		t.Fatalf("records %s (%v)", raw["records"], err)
+	}
+	refusing := &manager{codes: []int{http.StatusBadRequest}}
+	srv2 := httptest.NewServer(refusing)
+	defer srv2.Close()
+	s2, _ := quietSink(srv2.URL)
+	s2.Add(bad)
+	if err := s2.Flush(context.Background()); err == nil {
+		t.Fatal("a refused batch must be reported")
+	}
+	if err := s2.Flush(context.Background()); err != nil {
+		t.Fatalf("nothing left to send: %v", err)
+	}
+	if posts, _ := refusing.snapshot(); posts != 1 {
+		t.Fatalf("%d posts of a refused drop count, want 1", posts)
+	}
+}

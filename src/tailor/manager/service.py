@@ -226,6 +226,7 @@ class Manager:
         if ticket.ok:
             self._saw_edge(result.source, result.table_version)
             m.records.inc(result.accepted)
+            m.edge_dropped.inc(result.edge_dropped)
             m.batches.labels("partial" if result.rejected else "accepted").inc()
             return result
         m.batches.labels("write_failed").inc()

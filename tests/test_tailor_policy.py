@@ -1654,8 +1654,13 @@ def test_a_tables_probe_is_the_one_select_would_try_around_the_guards_choice():
         pol._slack = dict.fromkeys(pol._slack, 1e9)  # every probe is paid for
         pol._slack_n = dict.fromkeys(pol._slack, 1e9)
         decided = []
-        choose = pol._table_choice
-        pol._table_choice = lambda cell, group, *rest: decided.append((cell, group, out := choose(cell, group, *rest))) or out
+
+        def record(cell, group, *rest, choose=pol._table_choice, decided=decided):
+            out = choose(cell, group, *rest)
+            decided.append((cell, group, out))
+            return out
+
+        pol._table_choice = record
         pol.table_groups()
         pol.table_rules()
         for cell, group, out in decided:

@@ -407,3 +407,145 @@ def test_paused_owner_is_fenced_its_stale_state_never_replaces_the_new_owners(bu
     log = bus.log(a)
     assert '"event": "bus.fenced"' in log, "the woken shard never noticed it had lost its partitions"
     assert len(set(bus.store_records([a, b]))) == N1 + N2
+
+
+# -- in-process workers (two shards' PartitionWorkers driven step by step on one real nats-server)
+def _shard_cfg(bus, sid: str):
+    from tailor.bus.shard import ShardConfig
+    from tailor.manager.config import ManagerConfig
+
+    d = str(bus.tmp / sid)
+    return ShardConfig(servers=[bus.url], shard_id=sid, data_dir=d, partitions=1, user="manager",
+                       password=bus.server.password("manager"),
+                       base=ManagerConfig(data_dir=d, policy="configanator", update_freq_s=3600, insecure_dev=True,
+                                          signing_key=str(bus.key)))
+
+
+async def _feed(w, n: int) -> None:
+    """Hand ``n`` messages of the worker's consumer to its ``_handle`` (the worker's own loop is not running)."""
+    import nats
+
+    got = 0
+    for _ in range(40):
+        try:
+            msgs = await w.sub.fetch(batch=64, timeout=0.5)
+        except (nats.errors.TimeoutError, TimeoutError):
+            msgs = []
+        for m in msgs:
+            await w._handle(m)
+            got += 1
+        if got >= n:
+            return
+    raise AssertionError(f"{got} of {n} messages delivered")
+
+
+async def _start(w):
+    await w.start()
+    w.task.cancel()  # driven by the test
+    w.task = None
+    return w
+
+
+def test_takeovers_keep_the_bus_table_and_fence_a_paused_owners_envelope(bus):
+    """Three takeover paths of one partition, on two in-process shards (found by review, 2026-12-07; each failed
+    before): (1) an owner paused between its state and its table envelope (a GC pause) must not overwrite its
+    successor's envelope when it wakes: the write is conditional on the revision it read, and it is fenced;
+    (2) a shard taking the partition back publishes the table in the bus (its content, above its version), not the
+    older one of its own earlier ownership in its local store; (3) a failed read of the envelope (a timeout) fails
+    the takeover instead of restarting versions at 1."""
+    import nats
+
+    from tailor.bus.shard import Fenced, PartitionWorker, Shard
+    from tailor.manager import publish as pub
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        A, B = Shard(_shard_cfg(bus, "A")), Shard(_shard_cfg(bus, "B"))
+        await A.connect()
+        await B.connect()
+        edge = T.EdgePublisher(js, source="e")
+
+        async def in_bus():
+            return T.envelope_table((await T.envelopes(js))[0])
+
+        try:
+            wa = await _start(PartitionWorker(A, 0))
+            await edge.publish(0, T.records(300, prefixes=20, tag=1))
+            await _feed(wa, 1)
+            gate, publish = asyncio.Event(), wa._publish_envelope
+
+            async def paused(force=False):
+                await gate.wait()
+                await publish(force)
+
+            wa._publish_envelope = paused  # A stalls after its state and acknowledgements, before its envelope
+            stalled = asyncio.create_task(wa._commit())
+            await asyncio.sleep(1.0)
+            wb = await _start(PartitionWorker(B, 0))
+            await edge.publish(0, T.records(300, prefixes=60, tag=2))
+            await _feed(wb, 1)
+            await wb._commit()
+            b_table = await in_bus()
+            assert b_table["version"] == wb.mgr.current.version
+            gate.set()
+            with pytest.raises(Fenced):
+                await stalled
+            assert await in_bus() == b_table  # (1) the paused owner's envelope did not land
+            await wb.stop()
+            b_table = await in_bus()
+            await asyncio.to_thread(wa.mgr.close)
+            a_old = wa.mgr.current
+            assert a_old.key != pub.content_key(b_table)  # A's local store holds another table
+            wa2 = await _start(PartitionWorker(A, 0))  # (2) A takes the partition back
+            now = await in_bus()
+            assert now["version"] > b_table["version"] and pub.content_key(now) == pub.content_key(b_table)
+            await wa2.stop()
+            before = await in_bus()
+            get = B.tables.get
+
+            async def timeout_once(key, *args, **kwargs):  # fault injection: one read of the envelope times out
+                B.tables.get = get
+                raise nats.errors.TimeoutError
+
+            B.tables.get = timeout_once
+            with pytest.raises(nats.errors.TimeoutError):  # (3) the takeover fails; the shard retries it
+                await PartitionWorker(B, 0).start()
+            assert await in_bus() == before
+            wb2 = await _start(PartitionWorker(B, 0))
+            assert (await in_bus())["version"] > before["version"]
+            await wb2.stop()
+        finally:
+            for s in (A, B):
+                await s.nc.close()
+            await nc.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_deeply_nested_batch_is_refused_and_the_partition_goes_on(bus):
+    """A batch nested thousands of levels deep made ``json.loads`` raise RecursionError in the worker, which died
+    on it and on every redelivery after its restart: the partition was wedged (found by review, 2026-12-07). It is
+    now a refused batch (acknowledged with the next state), and the records behind it are learned."""
+    from tailor.bus.shard import PartitionWorker, Shard
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        sh = Shard(_shard_cfg(bus, "A"))
+        await sh.connect()
+        try:
+            w = await _start(PartitionWorker(sh, 0))
+            nested = b"[" * 100_000 + b"]" * 100_000
+            from tailor.bus import setup as S
+
+            await js.publish(S.tel_subject("default", 0), nested, headers={"Nats-Msg-Id": "e/n0/poison"})
+            await T.EdgePublisher(js, source="e").publish(0, T.records(50, prefixes=10, tag=3))
+            await _feed(w, 2)
+            assert w.counters.invalid_batches == 1 and w.counters.records == 50
+            await w._commit()
+            assert await T.all_acked(js, 1)
+            await w.stop()
+        finally:
+            await sh.nc.close()
+            await nc.close()
+
+    asyncio.run(scenario())

@@ -672,3 +672,22 @@ def test_stickiness_moves_its_incumbent_only_when_the_table_is_published(tmp_pat
     greedy_of = {g["id"]: max(g["choices"], key=lambda c: c["p"])["config"] for g in mgr.current.doc["groups"]}
     assert all(greedy_of[g] == fast for g in switched)
     mgr.close()
+
+
+def test_a_client_address_must_be_an_address_and_a_deep_body_is_refused(tmp_path):
+    """The schema bounds ``client_addr`` by length only: a lone surrogate ("\\ud800") passed, the store could not
+    encode it, and the batch failed with 503 forever (a bus worker redelivered it without end; found by review,
+    2026-12-07). It is now refused with the field named, and the batch's other records are stored. A body nested
+    too deeply for the JSON parser is one clear 400 (a bus worker died on its RecursionError)."""
+    from tailor.manager.service import Manager
+
+    mgr = Manager(cfg(tmp_path), clock=lambda: T0)
+    records = [record(0, client_addr="\ud800"), record(1, client_addr="10.1.2.x"), record(2, client_addr="10.1.2.7"),
+               record(3, client_addr="2001:db8::1")]
+    r = mgr.ingest(json.dumps({"schema": "tailor.telemetry/v1", "source": "edge-t", "dropped": 0,
+                               "records": records}).encode())
+    assert r.status == 202 and r.accepted == 2 and r.rejected == 2
+    assert all("client_addr" in e and "is not an IP address" in e for e in r.reasons)
+    deep = mgr.ingest(b"[" * 100_000 + b"]" * 100_000)
+    assert deep.status == 400 and deep.reasons == ["telemetry field (root): body is nested too deeply"]
+    mgr.close()

@@ -153,6 +153,7 @@ class PartitionWorker:
         self.ack_wait_s = S.ACK_WAIT_S
         self._progress_at = time.monotonic()
         self.published_version: int | None = None
+        self.env_rev: int | None = None  # revision of tailor-tables part.<p> this worker last read or wrote
         self.lease_rev: int | None = None  # revision of tailor-leases part.<p> this worker last wrote
         self.state_name: str | None = None  # the state object the lease names (the durable state)
         self.fenced = False
@@ -258,15 +259,43 @@ class PartitionWorker:
         self.watermark = wm
         return header, state
 
-    async def _previous_version(self) -> int:
+    async def _previous_table(self) -> tuple[int, dict | None]:
+        """The version of the partition's table in the bus (0 without one) and its envelope (None when unreadable);
+        notes the entry's revision, on which this worker's envelope writes are conditional. A failed read (a
+        timeout) fails the takeover, which the shard retries: until 2026-12-07 it counted as no table, and the new
+        owner published version 1 over version 5 (found by review)."""
         try:
             entry = await self.shard.tables.get(S.part_key(self.p))
-            doc = json.loads(entry.value)
-            return int(json.loads(base64.b64decode(doc["body"]))["version"])
         except (KeyNotFoundError, KeyDeletedError, NotFoundError):
-            return 0
-        except Exception:  # noqa: BLE001 (an unreadable envelope: versions restart above 0)
-            return 0
+            self.env_rev = None
+            return 0, None
+        self.env_rev = entry.revision
+        try:
+            env = json.loads(entry.value)
+            return int(json.loads(base64.b64decode(env["body"]))["version"]), env
+        except Exception as err:  # noqa: BLE001 (an unreadable envelope: versions restart above 0)
+            log("bus.envelope_unreadable", logging.ERROR, partition=self.p, error=f"{type(err).__name__}: {err}"[:300])
+            return 0, None
+
+    def _bus_table(self, env: dict | None) -> dict | None:
+        """The table of the partition's envelope when it is this cluster's (its signature verifies with the shards'
+        key) and says something else than the restored manager's own table, else None."""
+        from tailor.manager import publish as pub
+        from tailor.manager.signing import verify
+        from tailor.table import loads_strict
+
+        if env is None or env.get("partition") != self.p:
+            return None
+        try:
+            body = base64.b64decode(env["body"], validate=True)
+            if not verify(body, env["signature"], [self.mgr.signer.public]):
+                log("bus.envelope_unverified", logging.ERROR, partition=self.p, action="not adopted")
+                return None
+            doc = loads_strict(body)
+        except Exception as err:  # noqa: BLE001 (an unreadable envelope is not adopted)
+            log("bus.envelope_unreadable", logging.ERROR, partition=self.p, error=f"{type(err).__name__}: {err}"[:300])
+            return None
+        return doc if pub.content_key(doc) != self.mgr.current.key else None
 
     def _new_manager(self, state):
         from tailor.manager.service import Manager
@@ -288,10 +317,16 @@ class PartitionWorker:
         sh = self.shard
         loaded = await self._load_state(await self._take_lease())
         await self._remove_orphans()
-        prev = await self._previous_version()
+        prev, env = await self._previous_table()
         self.mgr = await asyncio.to_thread(self._new_manager, loaded[1] if loaded else None)
         if self.mgr.current.version <= prev:
-            await asyncio.to_thread(self.mgr.republish, prev, "takeover")
+            # the table edges serve is the bus's, the learned state the previous owner's: adopt that table, not this
+            # shard's local one of an earlier ownership (served until the next cycle until 2026-12-07; found by review)
+            doc = self._bus_table(env)
+            if doc is not None:
+                await asyncio.to_thread(self.mgr.adopt, doc, prev, "takeover: the partition's table in the bus")
+            else:
+                await asyncio.to_thread(self.mgr.republish, prev, "takeover")
         await self._publish_envelope(force=True)
         self.sub = await sh.js.pull_subscribe_bind(consumer=self.name, stream=S.STREAM)
         self.ack_wait_s = (await sh.js.consumer_info(S.STREAM, self.name)).config.ack_wait or S.ACK_WAIT_S
@@ -352,8 +387,16 @@ class PartitionWorker:
                 reason=f"message field (root): {len(msg.data)} bytes is over {S.MAX_MSG_BYTES}")
             self.pending[seq] = msg
             return
-        body = self._own_records(msg.data, seq)
-        result = await asyncio.to_thread(self.mgr.ingest, body)
+        try:
+            body = self._own_records(msg.data, seq)
+            result = await asyncio.to_thread(self.mgr.ingest, body)
+        except Exception as err:  # noqa: BLE001 (a batch no retry can help: acknowledged with the next state)
+            # until 2026-12-07 the worker died on it, and on every redelivery after its restart (found by review)
+            c.invalid_batches += 1
+            log("bus.batch_refused", logging.ERROR, partition=self.p, seq=seq,
+                reason=f"ingest failed: {type(err).__name__}: {str(err)[:200]}")
+            self.pending[seq] = msg
+            return
         if result.status == 503:
             c.ingest_failed += 1
             await msg.nak(delay=5)
@@ -370,7 +413,7 @@ class PartitionWorker:
         validation as it is (which refuses it with its reason)."""
         try:
             doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return data
         if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
             return data
@@ -452,7 +495,15 @@ class PartitionWorker:
             log("bus.envelope_too_large", logging.ERROR, partition=self.p, bytes=len(env),
                 max_payload=self.shard.nc.max_payload, version=published.version)
             return
-        await self.shard.tables.put(S.part_key(self.p), env)
+        # conditional on the revision this worker last read or wrote: a worker paused past its lease (a GC pause, a
+        # stopped VM) must not overwrite its successor's table when it wakes (it did until 2026-12-07; found by review)
+        key = S.part_key(self.p)
+        try:
+            self.env_rev = await (self.shard.tables.create(key, env) if self.env_rev is None else
+                                  self.shard.tables.update(key, env, last=self.env_rev))
+        except KeyWrongLastSequenceError as err:
+            self.fenced = True
+            raise Fenced(self.p) from err
         self.published_version = published.version
         self.counters.envelopes += 1
         log("bus.table_published", partition=self.p, version=published.version, bytes=len(env))

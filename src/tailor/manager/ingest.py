@@ -20,11 +20,12 @@ Batch semantics of ``POST /v1/telemetry`` (also in docs/manager.md):
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from tailor.manager.fastcheck import check_batch
+from tailor.manager.fastcheck import check_batch, short_repr
 from tailor.manager.feed import normalize_prefix
 from tailor.table import loads_strict
 
@@ -108,12 +109,22 @@ def canonical_prefix(text: str) -> str | None:
     return out
 
 
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_and_check(body: bytes) -> tuple[str | None, dict | None, list[dict], list[tuple[int, str]]]:
     """(batch error, batch, good records, [(index, reason)]); records get canonical prefixes."""
     try:
         doc = loads_strict(body)
     except (ValueError, UnicodeDecodeError) as err:
         return f"telemetry field (root): body is not JSON: {err}", None, [], []
+    except RecursionError:  # a deeply nested body (a bus worker crashed on it until 2026-12-07; found by review)
+        return "telemetry field (root): body is nested too deeply", None, [], []
     error, good, bad = check_batch(doc)
     if error:
         return error, doc if isinstance(doc, dict) else None, [], []
@@ -124,6 +135,10 @@ def parse_and_check(body: bytes) -> tuple[str | None, dict | None, list[dict], l
             bad.append((i, f"telemetry field records[{i}].client_prefix: {rec['client_prefix']!r} is not an IP prefix"))
             continue
         rec["client_prefix"] = prefix
+        addr = rec.get("client_addr")
+        if addr is not None and not _is_address(addr):  # the schema bounds only its length: "\ud800" failed the store
+            bad.append((i, f"telemetry field records[{i}].client_addr: {short_repr(addr)} is not an IP address"))
+            continue
         kept.append(rec)
     bad.sort()
     return None, doc, kept, bad

@@ -344,6 +344,19 @@ class Manager:
             self.snapshot()
         return published
 
+    def adopt(self, doc: dict, floor: int, reason: str) -> pub.Published:
+        """Publish ``doc``'s content under a version above ``floor``: a bus takeover adopts the partition's table in
+        force (the learned state it restores is the previous owner's, and so is that table; this shard's local
+        store holds an older one). Validated in full by the publication."""
+        with self._cycle_lock:
+            self.version_floor = max(self.version_floor, floor)
+            now = self.clock()
+            origin = "operator" if self.override_active(now) else "policy"
+            table = {k: v for k, v in doc.items() if k not in ("version", "generated_at", "valid_for_s")}
+            published = self._publish(table, origin, "manager", "publish", reason, now)
+            self.snapshot()
+        return published
+
     def clear_override(self, actor: str, reason: str) -> None:
         with self._cycle_lock:
             self.override_until = None

@@ -691,3 +691,50 @@ def test_a_client_address_must_be_an_address_and_a_deep_body_is_refused(tmp_path
     deep = mgr.ingest(b"[" * 100_000 + b"]" * 100_000)
     assert deep.status == 400 and deep.reasons == ["telemetry field (root): body is nested too deeply"]
     mgr.close()
+
+
+def test_an_ipv4_mapped_prefix_is_its_ipv4_prefix_and_no_table_carries_one(tmp_path):
+    """Python spells the IPv4-mapped network of 10.1.2.0/24 '::ffff:a01:200/120', Go's edges '::ffff:10.1.2.0/120'
+    and refuse the other spelling: one forged record with that client_prefix put a rule every edge refused into
+    every table from then on (found by review, 2026-12-07). Such a prefix is now the IPv4 prefix it maps (edges unmap
+    client addresses), and a table rule inside ::ffff:0:0/96 is refused, an operator's too."""
+    from tailor.manager.service import Manager
+
+    mgr = Manager(cfg(tmp_path), clock=lambda: T0)
+    r = mgr.ingest(batch([record(0, client_prefix="::ffff:10.1.2.0/120"), record(1, client_prefix="::ffff:10.1.3.9")]))
+    assert r.status == 202 and r.accepted == 2
+    mgr.flush()
+    assert sorted(p for (p,) in mgr.store.query("SELECT client_prefix FROM telemetry")) == ["10.1.2.0/24", "10.1.3.9/32"]
+    doc = copy.deepcopy(mgr.current.doc)
+    doc["rules"] = [{"prefix": "::ffff:a01:200/120", "group": doc["groups"][0]["id"]}]
+    with pytest.raises(TableError, match="IPv4-mapped prefix"):
+        mgr.override(doc, "op", "a mapped rule")
+    mgr.close()
+
+
+def test_override_parameters_salt_and_error_sizes_are_bounded(tmp_path):
+    """Found by review (2026-12-07), each accepted before: a hold of nan or -5 s pinned an override for good; an
+    operator's reason of any length went to the audit log; an override without the manager's cohort salt (or with
+    another) re-drew every client's holdback membership; a body nested too deeply answered 500; an error quoted a
+    megabyte value back in full."""
+    app = create_app(cfg(tmp_path))
+    with TestClient(app, headers=AUTH) as c:
+        table = c.get("/v1/table").json()
+        salt = table["salt"]
+        for hold in ("nan", "-5", "inf"):
+            r = c.post(f"/v1/table?hold_s={hold}", json=table, headers=AUTH)
+            assert r.status_code == 400 and "hold_s" in r.json()["error"], hold
+        r = c.post("/v1/table", json=table, headers={**AUTH, "X-Tailor-Reason": "x" * 5000})
+        assert r.status_code == 400 and "reason" in r.json()["error"]
+        other = dict(copy.deepcopy(table), salt="ab" * 16)
+        r = c.post("/v1/table", json=other, headers=AUTH)
+        assert r.status_code == 400 and "field salt" in r.json()["error"]
+        unsalted = {k: v for k, v in copy.deepcopy(table).items() if k != "salt"}
+        assert c.post("/v1/table", json=unsalted, headers=AUTH).status_code == 200
+        assert c.get("/v1/table").json()["salt"] == salt
+        r = c.post("/v1/table", content=b"[" * 5000 + b"]" * 5000, headers=AUTH)
+        assert r.status_code == 400 and "nested too deeply" in r.json()["error"]
+        r = c.post("/v1/table", json=dict(copy.deepcopy(table), version="V" * 1_000_000), headers=AUTH)
+        assert r.status_code == 400 and "version" in r.json()["error"] and len(r.content) < 1000
+        r = c.post("/v1/telemetry", content=batch([record(0, time="C" * 1_000_000)]), headers=AUTH)
+        assert r.status_code == 400 and "records[0].time" in r.json()["errors"][0] and len(r.content) < 1000

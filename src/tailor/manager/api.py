@@ -26,6 +26,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import math
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Request
@@ -36,9 +37,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from tailor.errors import TableError
 from tailor.manager.config import ManagerConfig
 from tailor.manager.dashboard import render_dashboard
+from tailor.manager.ingest import clip
 from tailor.manager.logs import log
 from tailor.manager.service import CycleError, Manager
 from tailor.table import loads_strict
+
+MAX_AUDIT_REASON = 1000  # characters of an operator's reason stored in the audit log
+INGEST_PARALLEL = 2  # telemetry bodies parsed at once (each waits its turn; found by review, 2026-12-07)
 
 WRITER_PERIOD_S = 0.1
 
@@ -163,6 +168,8 @@ def _etag_matches(header: str | None, etag: str) -> bool:
 
 
 def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
+    parsing = asyncio.Semaphore(INGEST_PARALLEL)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
         logging.getLogger("tailor.manager").error("unhandled error", exc_info=exc)
@@ -177,7 +184,8 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
         _authorize(request, cfg, "edge")
         _check_post(request, cfg)
         body = await _read_body(request, cfg.max_body_bytes)
-        result = await run_in_threadpool(mgr.ingest, body)
+        async with parsing:  # at most INGEST_PARALLEL bodies parsed at once: a 16 MiB body of empty objects takes
+            result = await run_in_threadpool(mgr.ingest, body)  # 400 MB to parse (eight at once took 1.4 GB)
         headers = {"Retry-After": "1"} if result.status == 503 else None
         return JSONResponse(result.body(), status_code=result.status, headers=headers)
 
@@ -201,19 +209,31 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
         try:
             doc = loads_strict(body)
         except (ValueError, UnicodeDecodeError) as err:
-            return JSONResponse({"error": f"decision table field (root): not JSON: {err}"}, status_code=400)
+            return JSONResponse({"error": clip(f"decision table field (root): not JSON: {err}")}, status_code=400)
+        except RecursionError:
+            return JSONResponse({"error": "decision table field (root): nested too deeply"}, status_code=400)
+        if not (math.isfinite(hold_s) and hold_s >= 0):  # a nan or negative hold pinned the override for good
+            return JSONResponse({"error": f"parameter hold_s: must be a finite number >= 0, got {hold_s}"},
+                                status_code=400)
         why = request.headers.get("x-tailor-reason", reason)
+        if len(why) > MAX_AUDIT_REASON:
+            return JSONResponse({"error": f"parameter reason: {len(why)} characters, at most {MAX_AUDIT_REASON}"},
+                                status_code=400)
         try:
             published = await run_in_threadpool(mgr.override, doc, actor, why, hold_s)
         except TableError as err:
-            return JSONResponse({"error": str(err)}, status_code=400)
+            return JSONResponse({"error": clip(str(err))}, status_code=400)
         return {"version": published.version, "etag": published.etag}
 
     @app.delete("/v1/table/override")
     async def release(request: Request, reason: str = ""):
         actor = _authorize(request, cfg)
         _check_origin(request, cfg)
-        await run_in_threadpool(mgr.clear_override, actor, request.headers.get("x-tailor-reason", reason))
+        why = request.headers.get("x-tailor-reason", reason)
+        if len(why) > MAX_AUDIT_REASON:
+            return JSONResponse({"error": f"parameter reason: {len(why)} characters, at most {MAX_AUDIT_REASON}"},
+                                status_code=400)
+        await run_in_threadpool(mgr.clear_override, actor, why)
         return {"released": True, "version": mgr.current.version}
 
     @app.post("/v1/cycle")

@@ -103,9 +103,18 @@ def normalize_prefix(text: str) -> str | None:
     if "%" in text:
         return None
     try:
-        return str(ipaddress.ip_network(text, strict=False))
+        net = ipaddress.ip_network(text, strict=False)
     except ValueError:
         return None
+    if net.version == 6 and net.subnet_of(_MAPPED):
+        # an IPv4-mapped prefix is the IPv4 prefix (edges unmap client addresses); Python spells it '::ffff:a01:200/120'
+        # where Go's edges want '::ffff:10.1.2.0/120', so one forged record put a rule every edge refused into every
+        # table until 2026-12-07 (found by review)
+        return str(ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96)))
+    return str(net)
+
+
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 
 
 class SiteFilter:

@@ -25,7 +25,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from tailor.manager.fastcheck import check_batch, short_repr
+from tailor.manager.fastcheck import MAX_RECORDS, check_batch, short_repr
 from tailor.manager.feed import normalize_prefix
 from tailor.table import loads_strict
 
@@ -109,6 +109,15 @@ def canonical_prefix(text: str) -> str | None:
     return out
 
 
+MAX_REASON_CHARS = 300
+
+
+def clip(reason: str) -> str:
+    """A reason as returned to a client: the field and the why come first; a value quoted in full (a megabyte
+    string) is cut (until 2026-12-07 a reply could copy back 10 MB; found by review)."""
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 20] + f"... ({len(reason)} chars)"
+
+
 def _is_address(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -149,15 +158,15 @@ def ingest(body: bytes, queue: IngestQueue, metrics, received: float) -> IngestR
     error, doc, good, bad = parse_and_check(body)
     if error:
         recs = doc.get("records") if doc else None
-        n = len(recs) if isinstance(recs, list) else 0
+        n = min(len(recs), MAX_RECORDS) if isinstance(recs, list) else 0  # an oversized array is not 5M records
         metrics.batches.labels("rejected").inc()
         metrics.rejected.inc(n)
-        return IngestResult(400, rejected=n, reasons=[error])
+        return IngestResult(400, rejected=n, reasons=[clip(error)])
     # the edge reports its drop count again with every retry of a batch (503, 400), so it is counted only with the
     # acknowledgement (until 2026-12-07 with every attempt: three 503s of one batch counted its drops three times)
     edge_dropped = int(doc.get("dropped", 0))
     metrics.rejected.inc(len(bad))
-    reasons = [r for _, r in bad[:MAX_REASONS]]
+    reasons = [clip(r) for _, r in bad[:MAX_REASONS]]
     if bad and not good:
         metrics.batches.labels("rejected").inc()
         return IngestResult(400, rejected=len(bad), reasons=reasons)

@@ -185,6 +185,9 @@ def _check_groups(doc: dict) -> set[str]:
     return seen
 
 
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+
 @lru_cache(maxsize=1 << 16)
 def _network(prefix: str):
     """Parsed CIDR (strict, canonical spelling), cached: a table repeats each prefix for every SNI and device.
@@ -194,6 +197,8 @@ def _network(prefix: str):
     (``fe80::%eth0/64``), which the Go edge refuses; a table with them would be published and never applied.
     """
     net = ipaddress.ip_network(prefix, strict=True)
+    if net.version == 6 and net.subnet_of(_MAPPED):  # Python and Go spell these differently; edges unmap addresses
+        raise ValueError(f"{prefix!r} is an IPv4-mapped prefix (write the IPv4 prefix; edges match IPv4 clients by it)")
     if str(net) != prefix or "%" in prefix:
         raise ValueError(f"{prefix!r} is not a canonical prefix (write '{str(net.network_address).split('%')[0]}/{net.prefixlen}')")
     return net

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from tailor.ope import (
     Estimate,
@@ -147,7 +147,7 @@ def test_snips_on_policy_is_the_plain_mean() -> None:
     e = snips(c, p, p.copy())
     assert e.value == np.mean(c)
     assert e.ess == pytest.approx(c.size)
-    half = norm.ppf(0.975) * c.std(ddof=1) / np.sqrt(c.size)
+    half = student_t.ppf(0.975, c.size - 1) * c.std(ddof=1) / np.sqrt(c.size)  # t on ess - 1 = n - 1
     assert (e.low, e.high) == pytest.approx((c.mean() - half, c.mean() + half))
 
 

@@ -228,7 +228,8 @@ def doubly_robust(
         return _normal("dr", qt, float(np.mean(qt)), 0.0, level)
     corr = float(np.sum(w * r)) / sw
     terms = qt + corr + w * (r - corr) / np.mean(w)
-    return _normal("dr", terms, float(np.mean(qt)) + corr, _ess(raw), level)
+    ess = _ess(raw)  # the self-normalised correction rests on the weighted records, as SNIPS does: t on ess - 1
+    return _normal("dr", terms, float(np.mean(qt)) + corr, ess, level, dof=ess - 1.0)
 
 
 def direct_method(q_target: Any, *, level: float = 0.95) -> Estimate:

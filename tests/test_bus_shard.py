@@ -538,9 +538,12 @@ def test_a_deeply_nested_batch_is_refused_and_the_partition_goes_on(bus):
             from tailor.bus import setup as S
 
             await js.publish(S.tel_subject("default", 0), nested, headers={"Nats-Msg-Id": "e/n0/poison"})
-            await T.EdgePublisher(js, source="e").publish(0, T.records(50, prefixes=10, tag=3))
-            await _feed(w, 2)
-            assert w.counters.invalid_batches == 1 and w.counters.records == 50
+            edge = T.EdgePublisher(js, source="e")
+            await edge.publish(0, T.records(50, prefixes=10, tag=3))
+            await edge.publish(0, [{"kind": "bogus"}], dropped=100)  # refused, yet its drop count arrives once
+            await _feed(w, 3)
+            assert w.counters.invalid_batches == 2 and w.counters.records == 50
+            assert w.mgr.metrics.edge_dropped._value.get() == 100
             await w._commit()
             assert await T.all_acked(js, 1)
             await w.stop()

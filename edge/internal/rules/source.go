@@ -164,6 +164,7 @@ func (s *Source) Fetch(ctx context.Context) ([]byte, error) {
 		return nil, nil
 	}
 	s.digest = d
+	s.tooBig = "" // a later oversized table is refused (and reported) again, whatever its stamp
 	if len(s.Keys) > 0 {
 		id, err := s.verify(data, sig, keyID)
 		if err != nil {

@@ -283,6 +283,10 @@ func TestOversizedTableRefusedOnce(t *testing.T) {
 	if err := os.Truncate(path, MaxTableBytes+1); err != nil { // sparse: nothing is written
 		t.Fatal(err)
 	}
+	first, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := src.Fetch(ctx); !errors.Is(err, ErrRefused) || errors.Is(err, ErrSource) {
 		t.Fatalf("oversized file: %v", err)
 	}
@@ -327,5 +331,21 @@ func TestOversizedTableRefusedOnce(t *testing.T) {
 	mu.Unlock()
 	if data, err := web.Fetch(ctx); data != nil || err != nil { // the good table's ETag was kept: 304
 		t.Fatalf("after the oversized body: %q, %v", data, err)
+	}
+	// a good table, then another oversized one with the same stamp: refused and reported again
+	if err := os.WriteFile(path, []byte(`{"v":3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := src.Fetch(ctx); err != nil || string(data) != `{"v":3}` {
+		t.Fatalf("good file after the oversized one: %q, %v", data, err)
+	}
+	if err := os.Truncate(path, MaxTableBytes+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, first.ModTime(), first.ModTime()); err != nil { // the first one's stamp
+		t.Fatal(err)
+	}
+	if _, err := src.Fetch(ctx); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a second oversized file after a good one: %v", err)
 	}
 }

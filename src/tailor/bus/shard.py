@@ -39,7 +39,7 @@ from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequen
 from tailor.bus import setup as S
 from tailor.bus.partition import owner, partition
 from tailor.bus.state import MAX_STATE_BYTES, StateError, Watermark, open_sealed, seal, state_key
-from tailor.errors import ParameterError, TailorError
+from tailor.errors import ParameterError, TableError, TailorError
 from tailor.manager.config import ManagerConfig
 from tailor.manager.ingest import canonical_prefix
 from tailor.manager.logs import log
@@ -323,9 +323,14 @@ class PartitionWorker:
             # the table edges serve is the bus's, the learned state the previous owner's: adopt that table, not this
             # shard's local one of an earlier ownership (served until the next cycle until 2026-12-07; found by review)
             doc = self._bus_table(env)
+            adopted = False
             if doc is not None:
-                await asyncio.to_thread(self.mgr.adopt, doc, prev, "takeover: the partition's table in the bus")
-            else:
+                try:
+                    await asyncio.to_thread(self.mgr.adopt, doc, prev, "takeover: the partition's table in the bus")
+                    adopted = True
+                except TableError as err:  # e.g. a rule that today's validation refuses: this shard's own table
+                    log("bus.envelope_not_adopted", logging.ERROR, partition=self.p, reason=str(err)[:300])
+            if not adopted:
                 await asyncio.to_thread(self.mgr.republish, prev, "takeover")
         await self._publish_envelope(force=True)
         self.sub = await sh.js.pull_subscribe_bind(consumer=self.name, stream=S.STREAM)
@@ -402,6 +407,9 @@ class PartitionWorker:
             await msg.nak(delay=5)
             return
         if result.status == 400 and not result.accepted:  # acknowledged with the next state: resending cannot help
+            # the edge's drop count arrives once on the bus (its sink forgets it with the PubAck), so it is counted
+            # with a refused batch too (over HTTP the edge sends it again with its next batch)
+            self.mgr.metrics.edge_dropped.inc(result.edge_dropped)
             c.invalid_batches += 1
             log("bus.batch_refused", logging.WARNING, partition=self.p, seq=seq, reasons=result.reasons[:3])
         c.records += result.accepted

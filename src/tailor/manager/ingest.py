@@ -169,7 +169,7 @@ def ingest(body: bytes, queue: IngestQueue, metrics, received: float) -> IngestR
     reasons = [clip(r) for _, r in bad[:MAX_REASONS]]
     if bad and not good:
         metrics.batches.labels("rejected").inc()
-        return IngestResult(400, rejected=len(bad), reasons=reasons)
+        return IngestResult(400, rejected=len(bad), reasons=reasons, edge_dropped=edge_dropped)
     ticket = queue.offer(doc["source"], received, good) if good else None
     if good and ticket is None:
         metrics.dropped.inc(len(good))

@@ -235,13 +235,26 @@ def compile_table(policy, now: float, version: int = 1, archive=None, place_of=N
         "schema": SCHEMA_ID, "version": version, "generated_at": float(now), "policy": policy.name,
         "holdback": policy.holdback, "default": space.configs[space.default_index].id, "configs": configs,
         "groups": [{"id": gid, "choices": _normalized(space, probs)} for gid, probs in groups.items()],
-        "rules": _known_only([r for r in rules if r["group"] in groups]),
+        "rules": _known_only([r for r in rules if r["group"] in groups and not _mapped(r["prefix"])]),
     }
     if policy.cohort_salt:  # None only in policies pickled before cohorts existed: per-connection draws
         doc["salt"] = policy.cohort_salt
     if archive is not None:
         add_edge_rules(doc, policy, archive, now, place_of)
     return validate_table(doc, schema=False)
+
+
+def _mapped(prefix: str) -> bool:
+    """An IPv4-mapped prefix (inside ::ffff:0:0/96): no table rule. Telemetry has stored them as such until
+    2026-12-07 (now as the IPv4 prefix), and learned state may still hold one: edges unmap client addresses, so its
+    rule would never match, and the table refuses it (:func:`_network`), which would fail every cycle."""
+    if not prefix.startswith("::ffff:"):
+        return False
+    try:
+        net = ipaddress.ip_network(prefix, strict=False)
+    except ValueError:
+        return False
+    return net.version == 6 and net.subnet_of(_MAPPED)
 
 
 def _known_only(rules: list[dict]) -> list[dict]:
@@ -279,7 +292,7 @@ def add_edge_rules(table: dict, policy, archive, now: float, place_of=None) -> i
     have = {(r["prefix"], r.get("sni"), r.get("device")) for r in table["rules"]}
     added = 0
     for prefix, h in archive.items(now):
-        if h is None or (prefix, None, None) in have:
+        if h is None or (prefix, None, None) in have or _mapped(prefix):
             continue
         asn, region = place_of(prefix) if place_of is not None else (0, "")
         client = ClientInfo(prefix.split("/", 1)[0], prefix, asn, region, "", "")

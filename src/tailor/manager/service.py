@@ -328,11 +328,12 @@ class Manager:
     def override(self, doc: dict, actor: str, reason: str, hold_s: float = 0.0) -> pub.Published:
         """Operator table: validated (TableError names the field), AllowedConfig-checked, pinned."""
         table = pub.check_operator_table(doc, self.guard_cfg)
-        salt = self.policy.cohort_salt
-        if table.get("salt", salt) != salt:  # holdback membership is the manager's; rotation is --cohort-salt's
-            raise TableError(f"decision table field salt: an override keeps the manager's cohort salt (leave it out "
-                             f"or give {salt}); rotate it with --cohort-salt")
-        table["salt"] = salt  # until 2026-12-07 an override without one re-drew every client (found by review)
+        salt = self.policy.cohort_salt  # None only in a policy pickled before cohorts existed: the table's own
+        if salt is not None:
+            if table.get("salt", salt) != salt:  # holdback membership is the manager's; rotation is --cohort-salt's
+                raise TableError(f"decision table field salt: an override keeps the manager's cohort salt (leave it "
+                                 f"out or give {salt}); rotate it with --cohort-salt")
+            table["salt"] = salt  # until 2026-12-07 an override without one re-drew every client (found by review)
         with self._cycle_lock:
             now = self.clock()
             self.override_until = now + hold_s if hold_s > 0 else math.inf

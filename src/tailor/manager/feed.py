@@ -45,6 +45,7 @@ from tailor.context import Context, Decision, Outcome
 from tailor.manager.guardrails import GuardState
 from tailor.manager.sequential import LogStats
 from tailor.scenario.model import ClientInfo
+from tailor.table import IPV4_MAPPED
 
 FEED_SQL = """
 SELECT seq, time, client_prefix, client_addr, "group", config_id, coalesce(probability, 1.0), coalesce(holdback, false),
@@ -106,15 +107,13 @@ def normalize_prefix(text: str) -> str | None:
         net = ipaddress.ip_network(text, strict=False)
     except ValueError:
         return None
-    if net.version == 6 and net.subnet_of(_MAPPED):
+    if net.version == 6 and net.subnet_of(IPV4_MAPPED):
         # an IPv4-mapped prefix is the IPv4 prefix (edges unmap client addresses); Python spells it '::ffff:a01:200/120'
         # where Go's edges want '::ffff:10.1.2.0/120', so one forged record put a rule every edge refused into every
         # table until 2026-12-07 (found by review)
         return str(ipaddress.IPv4Network((int(net.network_address) & 0xFFFFFFFF, net.prefixlen - 96)))
     return str(net)
 
-
-_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
 
 
 class SiteFilter:

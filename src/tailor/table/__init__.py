@@ -185,7 +185,7 @@ def _check_groups(doc: dict) -> set[str]:
     return seen
 
 
-_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+IPV4_MAPPED = ipaddress.ip_network("::ffff:0:0/96")  # edges unmap client addresses in it
 
 
 @lru_cache(maxsize=1 << 16)
@@ -197,7 +197,7 @@ def _network(prefix: str):
     (``fe80::%eth0/64``), which the Go edge refuses; a table with them would be published and never applied.
     """
     net = ipaddress.ip_network(prefix, strict=True)
-    if net.version == 6 and net.subnet_of(_MAPPED):  # Python and Go spell these differently; edges unmap addresses
+    if net.version == 6 and net.subnet_of(IPV4_MAPPED):  # Python and Go spell these differently; edges unmap addresses
         raise ValueError(f"{prefix!r} is an IPv4-mapped prefix (write the IPv4 prefix; edges match IPv4 clients by it)")
     if str(net) != prefix or "%" in prefix:
         raise ValueError(f"{prefix!r} is not a canonical prefix (write '{str(net.network_address).split('%')[0]}/{net.prefixlen}')")
@@ -254,7 +254,7 @@ def _mapped(prefix: str) -> bool:
         net = ipaddress.ip_network(prefix, strict=False)
     except ValueError:
         return False
-    return net.version == 6 and net.subnet_of(_MAPPED)
+    return net.version == 6 and net.subnet_of(IPV4_MAPPED)
 
 
 def _known_only(rules: list[dict]) -> list[dict]:

@@ -35,9 +35,21 @@ func ParseBatch(data []byte) (*Batch, error) {
 	if err := numberRange("dropped", root["dropped"]); err != nil {
 		return nil, err
 	}
-	recs, _ := root["records"].([]any)
+	// the typed decode reads a null or absent list as empty, and a null
+	// record as a zero one: the schema refuses all three
+	raw, ok := root["records"]
+	if !ok {
+		return nil, fieldErr("(root)", "'records' is a required property")
+	}
+	recs, ok := raw.([]any)
+	if !ok {
+		return nil, fieldErr("records", "not of type 'array'")
+	}
 	for i, r := range recs {
-		m, _ := r.(map[string]any)
+		m, ok := r.(map[string]any)
+		if !ok {
+			return nil, fieldErr(fmt.Sprintf("records[%d]", i), "not of type 'object'")
+		}
 		for _, name := range sortedNames(m) {
 			if err := numberRange(fmt.Sprintf("records[%d].%s", i, name), m[name]); err != nil {
 				return nil, err

@@ -522,6 +522,60 @@ def test_takeovers_keep_the_bus_table_and_fence_a_paused_owners_envelope(bus):
     asyncio.run(scenario())
 
 
+def test_a_paused_owner_does_not_overwrite_its_successors_archive_summary(bus):
+    """The archive summary (the global view other partitions' policies read) is written conditionally on the revision
+    the worker read at takeover or last wrote, as the table envelope is: an owner paused before its summary write
+    wakes fenced, and its older archive does not replace its successor's (it did until 2026-12-07: the write was
+    unconditional)."""
+    from tailor.bus.shard import Fenced, PartitionWorker, Shard
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        A, B = Shard(_shard_cfg(bus, "A")), Shard(_shard_cfg(bus, "B"))
+        await A.connect()
+        await B.connect()
+        edge = T.EdgePublisher(js, source="e")
+        try:
+            wa = await _start(PartitionWorker(A, 0))
+            await edge.publish(0, T.records(200, prefixes=10, tag=1))
+            await _feed(wa, 1)
+            await wa._commit()
+            assert (await T.archives(js))[0]["prefixes_total"] == 10
+            gate, kv = asyncio.Event(), A.archive
+
+            def gated(name):
+                write = getattr(kv, name)
+
+                async def paused(*args, **kwargs):  # A stalls before its summary write (a GC pause)
+                    await gate.wait()
+                    return await write(*args, **kwargs)
+                return paused
+
+            for name in ("put", "create", "update"):
+                setattr(kv, name, gated(name))
+            await edge.publish(0, T.records(200, prefixes=10, tag=1))
+            await _feed(wa, 1)
+            stalled = asyncio.create_task(wa._commit())
+            await asyncio.sleep(1.0)
+            wb = await _start(PartitionWorker(B, 0))
+            await edge.publish(0, T.records(300, prefixes=60, tag=2))
+            await _feed(wb, 1)
+            await wb._commit()
+            b_summary = await T.archives(js)
+            assert b_summary[0]["prefixes_total"] > 10
+            gate.set()
+            with pytest.raises(Fenced):
+                await stalled
+            assert await T.archives(js) == b_summary
+            await wb.stop()
+        finally:
+            for s in (A, B):
+                await s.nc.close()
+            await nc.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_deeply_nested_batch_is_refused_and_the_partition_goes_on(bus):
     """A batch nested thousands of levels deep made ``json.loads`` raise RecursionError in the worker, which died
     on it and on every redelivery after its restart: the partition was wedged (found by review, 2026-12-07). It is

@@ -154,6 +154,7 @@ class PartitionWorker:
         self._progress_at = time.monotonic()
         self.published_version: int | None = None
         self.env_rev: int | None = None  # revision of tailor-tables part.<p> this worker last read or wrote
+        self.arch_rev: int | None = None  # revision of tailor-archive part.<p> this worker last read or wrote
         self.lease_rev: int | None = None  # revision of tailor-leases part.<p> this worker last wrote
         self.state_name: str | None = None  # the state object the lease names (the durable state)
         self.fenced = False
@@ -318,6 +319,7 @@ class PartitionWorker:
         loaded = await self._load_state(await self._take_lease())
         await self._remove_orphans()
         prev, env = await self._previous_table()
+        self.arch_rev = await self._archive_revision()
         self.mgr = await asyncio.to_thread(self._new_manager, loaded[1] if loaded else None)
         if self.mgr.current.version <= prev:
             # the table edges serve is the bus's, the learned state the previous owner's: adopt that table, not this
@@ -516,10 +518,27 @@ class PartitionWorker:
         self.counters.envelopes += 1
         log("bus.table_published", partition=self.p, version=published.version, bytes=len(env))
 
+    async def _archive_revision(self) -> int | None:
+        """The revision of the partition's archive summary (None without one), on which this worker's summary
+        writes are conditional; a failed read fails the takeover, as the envelope's does."""
+        try:
+            return (await self.shard.archive.get(S.part_key(self.p))).revision
+        except (KeyNotFoundError, KeyDeletedError, NotFoundError):
+            return None
+
     async def _put_archive(self) -> None:
         body = await asyncio.to_thread(archive_summary, self.p, self.mgr.archive, time.time())
-        if len(body) <= self.shard.nc.max_payload - 1024:
-            await self.shard.archive.put(S.part_key(self.p), body)
+        if len(body) > self.shard.nc.max_payload - 1024:
+            return
+        # conditional, as the envelope: a paused owner must not overwrite its successor's summary with its older
+        # archive when it wakes (it could until 2026-12-07)
+        key, kv = S.part_key(self.p), self.shard.archive
+        try:
+            self.arch_rev = await (kv.create(key, body) if self.arch_rev is None else
+                                   kv.update(key, body, last=self.arch_rev))
+        except KeyWrongLastSequenceError as err:
+            self.fenced = True
+            raise Fenced(self.p) from err
 
     async def stop(self) -> None:
         """Stop fetching, fold what was ingested (cycle, state, acknowledgements), close the manager."""

@@ -118,7 +118,8 @@ func (a *Agent) watchBus(ctx context.Context, b *Bus) (done chan struct{}) {
 }
 
 // installSnapshot composes the partitions' tables (rules.MergePartitions)
-// and installs the result; on error the installed table stays.
+// and installs the result, its version above the last one installed; on
+// error the installed table stays. Calls are serial (bus.Tables.OnChange).
 func (a *Agent) installSnapshot(s bus.Snapshot) {
 	m, err := rules.MergePartitions(s.Partitions, s.Tables, bus.Partition)
 	if m == nil && err == nil {
@@ -126,6 +127,15 @@ func (a *Agent) installSnapshot(s bus.Snapshot) {
 	}
 	var c *rules.Compiled
 	if err == nil {
+		// the sum of the partitions' versions is not unique (a partition gone,
+		// a count changed): two composed tables with one version made a closing
+		// connection's telemetry name the other table's group (found by review,
+		// 2026-12-07). Each composed table gets a version above every one this
+		// agent installed (the pinned program's too), so a version names one table.
+		last := max(a.composed, a.Version())
+		if m.Version <= last {
+			m.Version = last + 1
+		}
 		c, err = rules.Compile(m, a.reg)
 	}
 	if err == nil {
@@ -139,6 +149,7 @@ func (a *Agent) installSnapshot(s bus.Snapshot) {
 	}
 	a.generatedAt.Store(mathFloat64bits(m.GeneratedAt))
 	a.installedAt.Store(nowNano())
+	a.composed = m.Version
 	a.tableLoads.Add(1)
 	a.setLastError(nil)
 	var vs []string

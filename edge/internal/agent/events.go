@@ -99,8 +99,8 @@ func (a *Agent) record(raw []byte, boot time.Duration) (telemetry.Record, bool) 
 		CongestionControl: cString(e.Cc[:]),
 	}
 	r.ClientPrefix, r.ClientAddr = a.clientPrefix(addr)
-	if c := a.compiled(int64(e.Version)); c != nil && e.Group != groupNone && int(e.Group) < len(c.Groups) {
-		r.Group = c.Groups[e.Group].ID
+	if e.Group != groupNone && e.Version != 0 {
+		r.Group = a.groupID(int64(e.Version), e.Group)
 	}
 	return r, true
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"github.com/tailor-project/tailor/edge/internal/bpf"
 	"github.com/tailor-project/tailor/edge/internal/knobs"
-	"github.com/tailor-project/tailor/edge/internal/rules"
 )
 
 // linkPin is the pinned cgroup link's name inside Config.Pin.
@@ -34,12 +34,16 @@ type Agent struct {
 
 	bus *Bus // --bus (bus.go); nil without
 
-	mu      sync.Mutex
-	gen     uint32                    // active generation (0 or 1)
-	history map[int64]*rules.Compiled // recent tables by version, for telemetry
-	lastErr error
+	mu          sync.Mutex
+	gen         uint32             // active generation (0 or 1)
+	history     map[int64][]string // recent tables' group ids by version, for telemetry (tables.go)
+	order       []int64            // their versions, oldest installed first
+	historySize int                // bytes of the remembered ids (as counted by idsSize)
+	composed    int64              // --bus: the last composed table's version (bus.go)
+	lastErr     error
 
-	received atomic.Int64 // events read from the ring buffer
+	received        atomic.Int64 // events read from the ring buffer
+	groupsForgotten atomic.Int64 // records whose table version is no longer remembered: no group named
 
 	metrics          atomic.Pointer[agentMetrics] // nil without --metrics (metrics.go)
 	tableLoads       atomic.Int64                 // tables installed by Refresh
@@ -53,12 +57,22 @@ type Agent struct {
 // attaches it to the cgroup. The caller must Close it.
 func Open(cfg Config) (*Agent, error) {
 	cfg.defaults()
+	if cfg.Pin != "" && cfg.Cgroup == "" {
+		// a pinned link stays attached to the cgroup it was made for; without a
+		// named one every run would create tailor-agent-<pid> and a restart
+		// would tune a cgroup its server no longer runs in (found by review)
+		return nil, fmt.Errorf("%w: --pin needs --cgroup (the cgroup the server runs in, the same at every restart)", ErrAgent)
+	}
 	if err := preflight(&cfg); err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, history: map[int64]*rules.Compiled{}}
+	a := &Agent{cfg: cfg, history: map[int64][]string{}}
 	if err := a.open(); err != nil {
-		return nil, errors.Join(err, a.Close())
+		err = errors.Join(err, a.Close())
+		if a.cgroup != nil && cfg.Pin != "" { // Close keeps a pinned run's cgroup; a failed run's it made goes
+			err = errors.Join(err, a.cgroup.remove())
+		}
+		return nil, err
 	}
 	return a, nil
 }
@@ -146,6 +160,9 @@ func (a *Agent) attach() error {
 	if a.cfg.Pin != "" {
 		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 			a.link = l
+			if err := a.sameCgroup(l); err != nil {
+				return err
+			}
 			return l.Update(a.objs.TailorSockops)
 		}
 	}
@@ -156,6 +173,23 @@ func (a *Agent) attach() error {
 	a.link = l
 	if a.cfg.Pin != "" {
 		return l.Pin(pin)
+	}
+	return nil
+}
+
+// sameCgroup refuses a pinned link attached to another cgroup than the one
+// this run names: swapping the program into it would tune connections of
+// a cgroup the server is not in, and leave the named one untuned.
+func (a *Agent) sameCgroup(l link.Link) error {
+	info, err := l.Info()
+	if err != nil {
+		return fmt.Errorf("%w: pinned link: %v", ErrAgent, err)
+	}
+	cg := info.Cgroup()
+	var st unix.Stat_t
+	if cg == nil || unix.Stat(a.cgroup.path, &st) != nil || cg.CgroupId != st.Ino {
+		return fmt.Errorf("%w: the pinned link in %s is attached to another cgroup than %s: run `tailor-agent cleanup --pin %s` first",
+			ErrAgent, a.cfg.Pin, a.cgroup.path, a.cfg.Pin)
 	}
 	return nil
 }

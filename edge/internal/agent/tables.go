@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -15,9 +16,17 @@ import (
 // for microseconds, so it has finished long before.
 const grace = 50 * time.Millisecond
 
-// keepVersions is how many recent tables are remembered to name the group
-// of connections that close after a swap.
-const keepVersions = 16
+// A connection's telemetry names its group from the table it was decided
+// with (its version), so the agent remembers the group ids of recent
+// tables: always the last keepVersions installed, and older ones while all
+// remembered ids stay within historyBytes. Until 2026-12-07 only 16 were
+// kept, so an HTTP/2 connection that outlived 16 installs (minutes at one
+// table per manager cycle) lost its group (found by review). Ids repeated
+// from the previous table share its strings.
+const (
+	keepVersions = 16
+	historyBytes = 32 << 20
+)
 
 // Load parses, validates and compiles a table and installs it.
 func (a *Agent) Load(data []byte) (*rules.Compiled, error) {
@@ -91,15 +100,46 @@ func putAll[T any](m *ebpf.Map, base uint32, vals []T) error {
 	return nil
 }
 
+// remember keeps c's group ids under its version (a version installed
+// again replaces the ids it had: the program's connections of the old one
+// are named by the new one, as a version names one table).
 func (a *Agent) remember(c *rules.Compiled) {
-	a.history[c.Version] = c
-	for len(a.history) > keepVersions {
-		oldest := c.Version
-		for v := range a.history {
-			oldest = min(oldest, v)
+	prev := map[string]string{}
+	if n := len(a.order); n > 0 {
+		for _, id := range a.history[a.order[n-1]] {
+			prev[id] = id
 		}
-		delete(a.history, oldest)
 	}
+	ids := make([]string, len(c.Groups))
+	size := 16 * len(ids)
+	for i, g := range c.Groups {
+		if s, ok := prev[g.ID]; ok {
+			ids[i] = s
+		} else {
+			ids[i] = g.ID
+		}
+		size += len(g.ID)
+	}
+	if old, ok := a.history[c.Version]; ok {
+		a.historySize -= idsSize(old)
+		a.order = slices.DeleteFunc(a.order, func(v int64) bool { return v == c.Version })
+	}
+	a.history[c.Version] = ids
+	a.order = append(a.order, c.Version)
+	a.historySize += size
+	for len(a.order) > keepVersions && a.historySize > historyBytes {
+		a.historySize -= idsSize(a.history[a.order[0]])
+		delete(a.history, a.order[0])
+		a.order = a.order[1:]
+	}
+}
+
+func idsSize(ids []string) int {
+	n := 16 * len(ids)
+	for _, id := range ids {
+		n += len(id)
+	}
+	return n
 }
 
 // restoreGeneration picks up the active generation from pinned maps.
@@ -136,8 +176,18 @@ func (a *Agent) setLastError(err error) {
 	a.mu.Unlock()
 }
 
-func (a *Agent) compiled(version int64) *rules.Compiled {
+// groupID names group index g of the table of this version ("" when the
+// version is no longer remembered, counted in groupsForgotten).
+func (a *Agent) groupID(version int64, g uint32) string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.history[version]
+	ids, ok := a.history[version]
+	if !ok {
+		a.groupsForgotten.Add(1)
+		return ""
+	}
+	if int(g) < len(ids) {
+		return ids[g]
+	}
+	return ""
 }

@@ -176,3 +176,33 @@ def test_a_lone_response_ending_inside_an_overflowing_first_flight_waits_for_its
     assert inside > 3 * fits and inside > 1.5 * beyond, r["response_ms"]
     if tuple(int(v) for v in os.uname().release.split(".")[:2]) >= (6, 7):
         assert all(isinstance(v, int) for v in r["rtos"])
+
+
+def test_a_rerun_with_a_longer_schedule_keeps_the_runs_there_and_another_setup_is_refused(tmp_path, monkeypatch):
+    """Until 2026-12-07 a rerun whose setup differed in anything (one more seed) started from nothing and overwrote
+    the file after its first run (found by review)."""
+    import tailor.testbed.sharedlink as sl
+
+    calls = []
+
+    def run_one(setup, q, load, seed, iw, tl_bin):
+        calls.append((q, load, seed, iw))
+        return {"queue_packets": q, "load": load, "seed": seed, "iw": iw, "mean_ms": 1.0, "p95_ms": 1.0,
+                "srtt_ms": 1.0, "retrans_share": 0.0, "queue_drops": 0, "emu_lateness_p99_us": 0.0}
+
+    monkeypatch.setattr(sl, "run_one", run_one)
+    monkeypatch.setattr(sl, "paired", lambda result: [])
+    monkeypatch.setattr(sl, "markdown", lambda result: "")
+    out = tmp_path / "shared.json"
+    sl.run_experiment(SharedLinkSetup(iws=(10, 32), loads=(0.3,), queues=(50,), seeds=(1, 2)), "tl", out,
+                      progress=lambda m: None)
+    sl.run_experiment(SharedLinkSetup(iws=(10, 32), loads=(0.3,), queues=(50,), seeds=(1, 2, 3)), "tl", out,
+                      progress=lambda m: None)
+    got = json.loads(out.read_text())
+    assert len(calls) == 6 and {c[2] for c in calls[4:]} == {3}  # only seed 3 measured the second time
+    assert sorted((r["seed"], r["iw"]) for r in got["runs"]) == [(s, w) for s in (1, 2, 3) for w in (10, 32)]
+    assert got["setup"]["seeds"] == [1, 2, 3]
+    with pytest.raises(TestbedError, match="another setup"):
+        sl.run_experiment(SharedLinkSetup(iws=(10, 64), loads=(0.3,), queues=(50,), seeds=(1,)), "tl", out,
+                          progress=lambda m: None)
+    assert len(json.loads(out.read_text())["runs"]) == 6

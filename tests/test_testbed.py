@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -81,6 +82,38 @@ def test_store_resumes_from_journal_and_parquet(tmp_path):
     assert Store(tmp_path).done_keys() == {"a", "b"}
     df = store.compact()
     assert sorted(df.key) == ["a", "b"] and df.ok.all()
+
+
+def test_a_journal_line_torn_by_a_crash_costs_that_fetch_only(tmp_path):
+    """A crash mid-append leaves a torn last line; the next row starts on a line of its own and the torn one is
+    skipped (measured again). Until 2026-12-07 the next row was glued to the fragment and every later read of the
+    store failed (found by review)."""
+    store = Store(tmp_path)
+    store.append({"key": "a", "ok": True, "started_unix": 1.0, "completion_ms": 5.0})
+    with open(tmp_path / "journal.jsonl", "a") as fh:  # the crash: half a row, no newline
+        fh.write('{"completion_ms": 6.0, "key": "b", "ok": tr')
+    store.append({"key": "c", "ok": True, "started_unix": 3.0, "completion_ms": 7.0})
+    assert Store(tmp_path).done_keys() == {"a", "c"}
+    assert sorted(store.compact().key) == ["a", "c"]
+
+
+def test_provenance_sessions_are_kept_when_a_write_is_interrupted(tmp_path, monkeypatch):
+    from tailor.testbed import measure
+
+    path = tmp_path / "provenance.json"
+    measure._merge_provenance(path, {"session": 1})
+    real = Path.write_text
+
+    def torn(self, text, *a, **k):  # the write is interrupted half-way
+        real(self, text[: len(text) // 2], *a, **k)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", torn)
+    with pytest.raises(KeyboardInterrupt):
+        measure._merge_provenance(path, {"session": 2})
+    monkeypatch.undo()
+    measure._merge_provenance(path, {"session": 3})
+    assert [s["session"] for s in json.loads(path.read_text())["sessions"]] == [1, 3]
 
 
 def test_late_runs_are_requeued_and_kept_aside(tmp_path):

@@ -192,7 +192,9 @@ def run_experiment(setup: FairnessSetup, tl_bin: str, out: Path | None = None, p
     result.update(finished_utc=_now(), load_end=list(os.getloadavg()))
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1))
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        os.replace(tmp, out)
         out.with_suffix(".md").write_text(markdown(result))
     return result
 

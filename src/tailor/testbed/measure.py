@@ -216,7 +216,9 @@ def _provenance(plan: Plan, tl_bin: str, parallel: int) -> dict:
 def _merge_provenance(path: Path, prov: dict) -> None:
     """Keep one entry per measuring session, so a resumed dataset shows every session that fed it."""
     sessions = json.loads(path.read_text()).get("sessions", []) if path.exists() else []
-    path.write_text(json.dumps({"schema": "tailor.testbed-provenance/v1", "sessions": sessions + [prov]}, indent=1))
+    tmp = path.with_suffix(".json.tmp")  # atomic: an interrupted write must not lose the earlier sessions
+    tmp.write_text(json.dumps({"schema": "tailor.testbed-provenance/v1", "sessions": sessions + [prov]}, indent=1))
+    os.replace(tmp, path)
 
 
 def _cmd(cmd: list[str], stderr: bool = False) -> str:

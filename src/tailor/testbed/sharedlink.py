@@ -233,13 +233,17 @@ def behind_best(result: dict) -> list[dict]:
     return out
 
 
+def _setup_key(result: dict) -> dict:
+    """What results must share to be one experiment: the setup but for its schedule (seeds, loads, queues)."""
+    return {k: v for k, v in result["setup"].items() if k not in ("seeds", "loads", "queues")
+            and not (k == "lone" and not v)}
+
+
 def merge(results: list[dict]) -> dict:
     """Several results of one setup but their schedules (seeds) as one, for :func:`markdown`."""
     first = results[0]
-    key = lambda r: {k: v for k, v in r["setup"].items()  # noqa: E731
-                     if k not in ("seeds", "loads", "queues") and not (k == "lone" and not v)}
     for r in results:
-        if r.get("schema") != SCHEMA or key(r) != key(first):
+        if r.get("schema") != SCHEMA or _setup_key(r) != _setup_key(first):
             raise TestbedError("shared-link results to merge must share the schema and the setup but for seeds, "
                                f"loads and queues; {r.get('setup')} differs from {first['setup']}")
     seen, runs = set(), []
@@ -258,14 +262,22 @@ def merge(results: list[dict]) -> dict:
 
 
 def run_experiment(setup: SharedLinkSetup, tl_bin: str, out: Path | None = None, progress=print) -> dict:
-    """Every (queue, load, seed, initial window) run in turn, written after each run (a rerun with the same ``out``
-    skips the runs already there)."""
+    """Every (queue, load, seed, initial window) run in turn, written after each run. A rerun with the same ``out``
+    skips the runs already there and keeps them, its schedule (seeds, loads, queues) may differ; a file of another
+    setup is refused (until 2026-12-07 it was overwritten after the first new run; found by review)."""
     result = {"schema": SCHEMA, "setup": asdict(setup), "started_utc": _now(), "bdp_packets": setup.bdp_packets(),
               "kernel": os.uname().release, "cpus": os.cpu_count(), "runs": []}
     if out is not None and out.exists():
-        old = json.loads(out.read_text())
-        if old.get("schema") == SCHEMA and old.get("setup") == json.loads(json.dumps(asdict(setup))):
-            result = old
+        try:
+            old = json.loads(out.read_text())
+        except ValueError as err:
+            raise TestbedError(f"{out}: not a shared-link result ({err}); give another --out") from None
+        new = json.loads(json.dumps(result))
+        if old.get("schema") != SCHEMA or _setup_key(old) != _setup_key(new):
+            raise TestbedError(f"{out} holds runs of another setup ({old.get('setup')}); give another --out, or the "
+                               "same setup but for seeds, loads and queues")
+        sched = {k: sorted(set(old["setup"][k]) | set(new["setup"][k])) for k in ("seeds", "loads", "queues")}
+        result = dict(old, setup=dict(new["setup"], **sched))
     done = {(r["queue_packets"], r["load"], r["seed"], r["iw"]) for r in result["runs"]}
     for q in setup.queues:
         for load in setup.loads:

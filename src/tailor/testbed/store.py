@@ -43,8 +43,14 @@ class Store:
 
     def _append_line(self, path: Path, row: dict) -> None:
         line = json.dumps(row, sort_keys=True) + "\n"
-        with self._lock, open(path, "a") as fh:
-            fh.write(line)
+        with self._lock, open(path, "a+b") as fh:
+            # a crash mid-write leaves a torn last line: the next row starts on its own line (until 2026-12-07 it
+            # was glued to the fragment, and the whole journal failed to parse; found by review)
+            if fh.seek(0, os.SEEK_END) > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    line = "\n" + line
+            fh.write(line.encode())
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -157,7 +163,14 @@ def _merge(parquet: Path, journal: Path) -> pd.DataFrame:
     if parquet.exists():
         parts.append(pd.read_parquet(parquet))
     if journal.exists():
-        rows = [json.loads(line) for line in journal.read_text().splitlines() if line.strip().endswith("}")]
+        rows = []
+        for line in journal.read_text().splitlines():
+            try:
+                row = json.loads(line) if line.strip() else None
+            except ValueError:  # a line torn by a crash (fetches measured again: not in done_keys)
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
         if rows:
             parts.append(pd.DataFrame(rows))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

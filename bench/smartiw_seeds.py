@@ -3,7 +3,7 @@
 Usage::
 
     PYTHONPATH=src .venv/bin/python bench/smartiw_seeds.py --scenario mobile-search-day --seeds 0,1,2,3,4 \
-        [--oracle model-v6] [--json bench/results/smartiw_seeds_day.json]
+        [--oracle model-v6] [--policy-param reward_scale=flow] [--json bench/results/smartiw_seeds_day.json]
 
 Per seed: ``tailor evaluate --scenario S --space iw-only --oracle model (v7; or model-v6) --policies
 default,tcp-200,smartiw-nogroup,smartiw,optimal --seed K`` (the same world and policies, through
@@ -23,6 +23,7 @@ import time
 from tailor.eval.figures_smartiw import BASE, _improvements, _metrics
 from tailor.eval.run import _git_commit, evaluate
 from tailor.oracle.select import select_oracle
+from tailor.policies.base import parse_policy_params
 from tailor.scenario import load_scenario
 from tailor.sim import SimConfig
 from tailor_acceptance import fmt, interval  # bench/: the acceptance report's mean [95% t]
@@ -40,6 +41,9 @@ def main() -> None:
     ap.add_argument("--oracle", choices=("model", "model-v6", "model-tailprobe"), default="model",
                     help="model (v7; model-tailprobe is the same): a first flight's lone lost tail waits for the probe "
                          "and the RTO (MODEL.md 6f); model-v6: the model before")
+    ap.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a constructor parameter of every listed policy that has it (as tailor evaluate's), e.g. "
+                         "reward_scale=flow")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     started = time.perf_counter()
@@ -53,7 +57,8 @@ def main() -> None:
         if any(r["seed"] == seed for r in runs):
             continue
         scn = load_scenario(args.scenario, seed=seed, websites=sorted(oracle.websites))
-        ev = evaluate(scn, oracle, list(policies), SimConfig(space="iw-only", seed=seed))
+        ev = evaluate(scn, oracle, list(policies), SimConfig(space="iw-only", seed=seed),
+                      dict(parse_policy_params(args.policy_param, "smartiw_seeds.py")))
         data = _metrics(ev)
         figs = {name: _improvements(data[name], data[BASE]) for name in policies}
         runs.append({"seed": seed, "responses": len(ev.simulator.world), "figures": figs})

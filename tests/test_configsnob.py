@@ -191,6 +191,20 @@ def test_bandit_arm_probabilities(small_scenario, oracle):
             assert len(choices) == 1 and choices[0][1] == 1.0
 
 
+def test_a_decision_logs_its_configurations_probability_over_every_arm_that_gives_it():
+    """Two arms proposing one configuration (Best and BO model 2 on the incumbent): the decision logs the sum of
+    their shares, as the group's table does, not the drawn arm's (until 2026-12-07; found by review)."""
+    policy = make_policy("config-snob", seed=0)
+    policy.reset(ConfigSpace.named("core"))
+    policy._choices["g1"] = [(39, 0.5, "exploit"), (39, 0.4, "exploit"), (37, 0.1, "explore")]
+    logged = {}
+    for i in range(200):  # 200 clients: their cohort draws reach every arm
+        client = ClientInfo(f"10.9.{i}.7", f"10.9.{i}.0/24", 64512, "ca-on", "desktop", "cable")
+        d = policy._draw("g1", Context(0.0, f"s{i}", client, "page-light-1", 30.0, None))
+        logged.setdefault(d.config, set()).add(round(d.probability, 12))
+    assert logged == {39: {0.9}, 37: {0.1}}
+
+
 @pytest.mark.parametrize("scope", ["all", "site"])
 def test_group_scope_site_keeps_every_group_on_one_website(small_scenario, oracle, scope):
     """group_scope='site': K-means groups are formed within each website, so no group's Best is chosen on another
@@ -271,6 +285,18 @@ def test_cf_rewards_stay_finite_for_an_exploding_cate():
     assert np.all(np.isfinite(rewards)) and np.all(rewards > 0)
     delta = est.effects(theta)
     assert np.all(np.diff(rewards[np.argsort(delta)]) >= 0)  # order of the effects kept (ties at the bound)
+
+
+def test_cf_reward_is_an_arithmetic_mean_as_the_average_it_stands_in_for():
+    """With no configuration effect the forest's reward of every configuration is the group's plain average reward,
+    the quantity measured configurations are ranked by (until 2026-12-07 the geometric mean: lower by about half the
+    log rewards' variance, so a configuration priced by the forest ranked above an equal measured one)."""
+    space = ConfigSpace.named("core")
+    est = CausalEstimator(space)
+    y = np.log(np.random.default_rng(0).lognormal(0.0, 0.6, 400))
+    configs = np.zeros(400, dtype=int)
+    rewards = est.rewards(np.zeros((400, est.encode.matrix.shape[1])), configs, y)
+    assert np.allclose(rewards, np.mean(np.exp(y)), rtol=1e-9)
 
 
 def test_search_space_limit_by_quantile_drops_what_slows_a_share_of_the_group():

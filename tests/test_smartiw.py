@@ -50,6 +50,24 @@ def test_discounted_ucb_plays_every_arm_first_then_exploits():
     assert ucb.best() == 5
 
 
+@pytest.mark.parametrize("scale", ["current", "flow"])
+def test_arms_are_scored_against_the_current_maximum_goodput(scale):
+    """Eq. 4's Goodput_max has no flow index: an arm tried before a faster one raised the maximum is scored against
+    the new maximum too. Per-flow normalisation (``'flow'``, the reading until 2026-12-07) ties an arm 5% faster
+    with the older one, and the older wins the tie (found by review)."""
+    learner = GroupLearner([0, 1], xi=0.1, scale=scale)
+    t = 0.0
+    for arm, goodput in [(0, 10.0)] * 20 + [(1, 10.5)] * 20:
+        t += 1.0
+        learner.observe(t, arm, goodput, 50.0, 0.8, 0.898, 600.0)
+    means = [learner.ucb.mean(a) for a in (0, 1)]
+    if scale == "current":
+        assert means[1] > means[0] and np.isclose(means[0], 0.8 * 10.0 / 10.5 + 0.2)
+        assert learner.ucb.best() is None or learner.ucb.best() == 1
+    else:
+        assert np.isclose(means[0], means[1])
+
+
 # -- sliding decision space
 def _slide_run(best_iw: int, seed: int = 0, iterations: int = 60, per_iteration: int = 150) -> list[int]:
     """Goodput peaks at ``best_iw`` (log-scale tent); returns the IWs of the final arm window."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,6 +30,55 @@ def run_evaluate(args, argv) -> int:
     oracle = select_oracle(args.oracle, args.space)
     seeds = [args.seed + k for k in range(args.repeat)]
     root = Path(args.out or f"out/evaluate-{Path(str(args.scenario)).stem}-s{args.seed}")
+    _check_out(root)
+    stage = root.parent / f".{root.name}.tmp-{os.getpid()}"  # written whole, then put in place: no stale or mixed files
+    shutil.rmtree(stage, ignore_errors=True)
+    try:
+        summaries, reports, n_runs = _run_seeds(args, argv, policies, oracle, seeds, stage)
+        _put_in_place(stage, root)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    if args.json:
+        for s in summaries:
+            print(json.dumps(s))
+    else:
+        _print_table(summaries, n_runs)
+        print(f"results: {root}" + "".join(f"\nreport:  {root / r.relative_to(stage)}" for r in reports if r))
+    return 0
+
+
+# what `tailor evaluate` writes in --out: a directory holding anything else is refused, these are replaced
+_OUTPUTS = ("results.parquet", "summary.json", "metadata.json", "offpolicy.json", "report.html", "tables")
+_SEED_DIR = re.compile(r"seed-\d+")
+
+
+def _ours(entry: Path) -> bool:
+    return entry.name in _OUTPUTS or (entry.is_dir() and _SEED_DIR.fullmatch(entry.name) is not None)
+
+
+def _check_out(root: Path) -> None:
+    """--out is a new or empty directory or one an earlier evaluate wrote (its outputs are replaced, as a whole, at
+    the end: until 2026-12-07 they were overwritten one by one and an earlier run's other files stayed; found by
+    review)."""
+    if root.exists() and not root.is_dir():
+        check(False, "tailor evaluate", "out", "a directory", str(root))
+    if root.is_dir():
+        other = sorted(e.name for e in root.iterdir() if not _ours(e))
+        check(not other, "tailor evaluate", "out", "a new or empty directory or an earlier evaluate's output "
+              f"(it holds {', '.join(other[:3])}{' ...' if len(other) > 3 else ''})", str(root))
+
+
+def _put_in_place(stage: Path, root: Path) -> None:
+    """Replace an earlier run's outputs in ``root`` with ``stage``'s (the entries :func:`_ours` names only)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for e in root.iterdir():
+        if _ours(e):
+            shutil.rmtree(e) if e.is_dir() else e.unlink()
+    for e in stage.iterdir():
+        os.replace(e, root / e.name)
+
+
+def _run_seeds(args, argv, policies, oracle, seeds, root):
     err = Console(stderr=True)
     runs, reports = [], []
     with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -44,13 +96,7 @@ def run_evaluate(args, argv) -> int:
     summaries = runs[0] if len(runs) == 1 else aggregate(runs)
     if len(runs) > 1:
         (root / "summary.json").write_text(json.dumps(summaries, indent=2))
-    if args.json:
-        for s in summaries:
-            print(json.dumps(s))
-    else:
-        _print_table(summaries, len(runs))
-        print(f"results: {root}" + "".join(f"\nreport:  {r}" for r in reports if r))
-    return 0
+    return summaries, reports, len(runs)
 
 
 def _print_selection(oracle, err) -> None:

@@ -72,7 +72,10 @@ def degradation_breakdown(rec: dict) -> dict:
     imp = improvement(rec)
     bad = imp < -DEGRADED
     arms = rec["arm"]
-    explore = np.isin(arms, list(EXPLORATION_ARMS))
+    # exploration: an exploring arm online; in table mode a draw of a group's minority choice (until 2026-12-07
+    # table mode had none: every degraded load counted as stuck or stale; found by review)
+    explore = np.isin(arms, list(EXPLORATION_ARMS)) | np.asarray(rec.get("table_minority", np.zeros(len(imp))),
+                                                                 dtype=bool)
     stale = rec.get("stale_optimal", np.zeros(len(imp), dtype=bool))
     n = max(len(imp), 1)
     return {

@@ -43,7 +43,7 @@ class PrefixArchive:
         e.loss += a * (loss - e.loss)
         e.rtt_ms += a * (rtt_ms - e.rtt_ms)
         e.samples += 1
-        e.last_s = time_s
+        e.last_s = max(e.last_s, time_s)  # telemetry may arrive out of time order (page loads end out of order)
 
     def get(self, prefix: str, now_s: float) -> PrefixHistory | None:
         e = self._entries.get(prefix)

@@ -285,7 +285,7 @@ class _Configanator(Policy):
         archive = getattr(self.env, "archive", None)
         if archive is None:
             return []
-        sites = {k.split("|", 1)[1] for k in self._pairs}
+        sites = sorted({k.split("|", 1)[1] for k in self._pairs})  # sorted: the table's rule order is reproducible
         rules = []
         for prefix, h in archive.items(0.0):
             region = self._prefix_region.get(prefix, "")

@@ -191,8 +191,10 @@ class ConfigSnobPolicy(Policy):
         """Sample the group's arms as a table edge does (spec/decision.md): the client's cohort draw picks
         the arm, so a client stays on one arm while the group's choices stand."""
         choices = self._served(gid)
-        config, p, arm = choices[pick(thresholds([c[1] for c in choices]), self.cohort(ctx))]
-        return Decision(config, p, gid, arm)
+        config, _, arm = choices[pick(thresholds([c[1] for c in choices]), self.cohort(ctx))]
+        # logged: the configuration's marginal probability, over every arm that gives it (as the group's table
+        # has it); until 2026-12-07 the drawn arm's share alone (found by review)
+        return Decision(config, self._merge(choices)[config], gid, arm)
 
     def _served(self, gid: str) -> list[tuple[int, float, str]]:
         """The group's arms with the default's share (``default_share``, §5.2) in front, the rest scaled down."""

@@ -95,7 +95,7 @@ class KeyedLearner(Policy):
         archive = getattr(self.env, "archive", None)
         if archive is None:
             return []
-        sites = {g.split("|", 1)[1] for g in groups if "|" in g}
+        sites = sorted({g.split("|", 1)[1] for g in groups if "|" in g})  # sorted: reproducible rule order
         rules = []
         for prefix, h in archive.items(0.0):
             for device in DEVICES:

@@ -123,23 +123,49 @@ class DiscountedUCB:
 
 
 class GroupLearner:
-    """One user group's bandit: Eq. 4 reward normalisation, time-based discount, sliding window."""
+    """One user group's bandit: Eq. 4 reward normalisation, time-based discount, sliding window.
 
-    def __init__(self, arms: list[int], xi: float):
+    ``scale='current'`` (the default since 2026-12-07): every arm's mean reward is scored against the group's
+    current history maximum goodput and minimum RTT (Eq. 4's Goodput_max and RTT_min carry no flow index), from
+    discounted sums of each arm's goodput and inverse RTT; the reward is linear in both, so this is Eq. 2's mean
+    with one normalisation for all flows. ``'flow'``: each flow's reward normalised by the maximum and minimum up to
+    that flow and kept (the reading until 2026-12-07): the maximum rises as larger windows are tried, so older arms
+    keep rewards divided by a smaller maximum and are ranked above newer, larger ones (found by review)."""
+
+    def __init__(self, arms: list[int], xi: float, scale: str = "current"):
         self.ucb = DiscountedUCB(arms, xi)
         self.t: float | None = None
         self.g_max, self.rtt_min = 0.0, math.inf
+        self.reward_scale = scale
+        self.sg = {a: 0.0 for a in arms}  # Σ γ^{t-s} goodput_s(i)
+        self.sr = {a: 0.0 for a in arms}  # Σ γ^{t-s} 1 / RTT_s(i)
+
+    def __setstate__(self, state: dict) -> None:
+        # a learner pickled before ``scale``: what it was learned with (per-flow rewards, no sums kept)
+        self.__dict__.update({"reward_scale": "flow", "sg": {}, "sr": {}, **state})
 
     def scale(self, t: float, gamma: float, period: float) -> float:
         """Discount factor γ^((t - t_last)/period): γ per learning iteration, in wall-clock time."""
         return 1.0 if self.t is None or t <= self.t else gamma ** ((t - self.t) / period)
 
     def observe(self, t: float, arm: int, goodput: float, rtt: float, alpha: float, gamma: float, period: float):
-        self.ucb.decay(self.scale(t, gamma, period))
+        f = self.scale(t, gamma, period)
+        self.ucb.decay(f)
         self.t = t if self.t is None else max(self.t, t)
         self.g_max, self.rtt_min = max(self.g_max, goodput), min(self.rtt_min, rtt)
-        reward = alpha * goodput / max(self.g_max, 1e-12) + (1 - alpha) * self.rtt_min / max(rtt, 1e-9)
-        self.ucb.update(arm, reward)
+        if self.reward_scale == "flow":
+            reward = alpha * goodput / max(self.g_max, 1e-12) + (1 - alpha) * self.rtt_min / max(rtt, 1e-9)
+            self.ucb.update(arm, reward)
+            return
+        for a in self.sg:
+            self.sg[a] *= f
+            self.sr[a] *= f
+        self.sg[arm] += goodput
+        self.sr[arm] += 1.0 / max(rtt, 1e-9)
+        self.ucb.update(arm, 0.0)  # the count; the sums are scored below
+        g, r = max(self.g_max, 1e-12), self.rtt_min
+        for a in self.sg:
+            self.ucb.s[a] = alpha * self.sg[a] / g + (1 - alpha) * r * self.sr[a]
 
     def slide(self, step_up, step_down) -> None:
         """Sliding decision space (§IV-A, Fig. 4): best = largest arm -> add one above, drop the
@@ -150,11 +176,18 @@ class GroupLearner:
         if best == arms[-1]:
             new = step_up(best)
             if new is not None and new not in arms:
-                self.ucb.replace(arms[0], new)
+                self._replace(arms[0], new)
         elif best == arms[0]:
             new = step_down(best)
             if new is not None and new not in arms:
-                self.ucb.replace(arms[-1], new)
+                self._replace(arms[-1], new)
+
+    def _replace(self, old: int, new: int) -> None:
+        self.ucb.replace(old, new)
+        self.sg.pop(old, None)
+        self.sr.pop(old, None)
+        if self.reward_scale != "flow":
+            self.sg[new], self.sr[new] = 0.0, 0.0
 
 
 @register("smartiw")
@@ -176,7 +209,11 @@ class SmartIWPolicy(Policy):
         "coverage": (1.0, lambda v: isinstance(v, float) and 0.0 < v <= 1.0, "a float in (0, 1]"),
         "warmup_s": (1800.0, *_POS),
         "regroup_s": (86400.0, *_POS),
+        "reward_scale": ("current", lambda v: v in ("current", "flow"), "'current' or 'flow'"),
     }
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({"reward_scale": "flow", **state})  # pickled before ``reward_scale``: as learned
 
     def _init_state(self) -> None:
         self._ladder = iw_ladder(self.space, type(self).__name__)
@@ -198,7 +235,7 @@ class SmartIWPolicy(Policy):
 
     def _learner(self, gid: str) -> GroupLearner:
         if gid not in self._learners:
-            self._learners[gid] = GroupLearner(list(self._start), self.xi)
+            self._learners[gid] = GroupLearner(list(self._start), self.xi, self.reward_scale)
         return self._learners[gid]
 
     def _select(self, ctx: Context) -> Decision:

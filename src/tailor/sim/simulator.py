@@ -8,6 +8,7 @@ and the same noise draws. Only the policy's own RNG differs between policies.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class World:
     mode_default: np.ndarray = field(default=None)
     mode_optimal: np.ndarray = field(default=None)
     theta: np.ndarray = field(default=None)
+    done_s: np.ndarray = field(default=None)  # when each page load ends under the default configuration (observed)
 
     def __len__(self) -> int:
         return len(self.time_s)
@@ -97,18 +99,34 @@ class World:
 
 def replay_histories(world: World, key, latency_s: float) -> list:
     """Each page load's archived history (:class:`PrefixArchive`, ``ARCHIVE_ALPHA``) from the telemetry of the earlier
-    page loads with the same ``key(i)`` that arrived ``latency_s`` or more before it: the simulator keys it by the
-    client's /24; a diagnosis may key it otherwise (``bench/tailor_views.py``: per client, per session)."""
-    archive, pending, out = PrefixArchive(ARCHIVE_ALPHA), deque(), []
+    page loads with the same ``key(i)`` that arrived before it: a page load's telemetry (goodput and loss estimates,
+    handshake RTT) arrives ``latency_s`` after the load ends, at ``world.done_s`` (its end under the default
+    configuration: the archive is shared by every policy). The simulator keys it by the client's /24; a diagnosis may
+    key it otherwise (``bench/tailor_views.py``: per client, per session).
+
+    Until 2026-12-07 the telemetry arrived at the load's start (a page load's outcome was known before it had ended)
+    and the archive held the true RTT of the scenario instead of the measured handshake RTT (found by review)."""
+    archive, pending, out = PrefixArchive(ARCHIVE_ALPHA), [], []
+    done = world.done_s if world.done_s is not None else world.time_s
     for i in range(len(world)):
         t = world.time_s[i]
         while pending and pending[0][0] <= t:
-            _, k, ti, g, lo, r = pending.popleft()
+            _, _, k, ti, g, lo, r = heapq.heappop(pending)
             archive.update(k, ti, g, lo, r)
         k = key(i)
         out.append(archive.get(k, t))
-        pending.append((t + latency_s, k, t, world.goodput_est[i], world.loss_est[i], world.rtt_ms[i]))
+        d = float(done[i])
+        heapq.heappush(pending, (d + latency_s, i, k, d, world.goodput_est[i], world.loss_est[i],
+                                 world.handshake_rtt_ms[i]))
     return out
+
+
+def _main_choice(choices: list[dict]) -> str:
+    """A table group's most probable configuration (its choices summed per configuration; the first on a tie)."""
+    total: dict[str, float] = {}
+    for c in choices:
+        total[c["config"]] = total.get(c["config"], 0.0) + c["p"]
+    return max(total, key=total.__getitem__)
 
 
 class Simulator:
@@ -145,8 +163,10 @@ class Simulator:
         if not self.config.noise:
             world.noise = np.zeros(n)
         world.bytes = np.array([self.oracle.website(n).total_bytes for n in tensor.site_names])
+        self._fill_truth(world)  # the current cells: when each load ends, which its telemetry's arrival needs
+        world.done_s = world.time_s + world.mode_default * (1.0 + world.theta * world.noise) / 1000.0
         self._replay_archive(world, buf)
-        self._fill_truth(world)
+        self._fill_truth(world)  # and the stale cells the archive gives
         return world
 
     def _replay_archive(self, world: World, buf: np.ndarray) -> None:
@@ -221,7 +241,7 @@ class _Loop:
         self.arm = [""] * n
         self.mode = np.zeros(n)
         self.srtt_ms = np.zeros(n)
-        self.pending: deque = deque()
+        self.pending: list = []  # heap of (arrival, page load, ...): outcomes arrive when their page loads end
         self.next_plan = sim.config.update_freq_s
         self.resolver = None
         self.table_queue: deque = deque()
@@ -230,6 +250,8 @@ class _Loop:
         self.table_mode = sim.config.mode == "table"
         self.guard = GuardedTables.of(sim.config, sim.space) if sim.config.guardrails == "on" else None
         self.table_group = None  # group of the table for the last decision (held back: the one it would give)
+        self.main_choice: dict[str, str] = {}  # table mode: each group's most probable configuration
+        self.minority = np.zeros(n, dtype=bool)  # table mode: drawn another choice of its group than that one
 
     def step(self, i: int) -> None:
         w, sim = self.sim.world, self.sim
@@ -250,7 +272,9 @@ class _Loop:
                       int(w.bytes[w.site[i]]), self.srtt(i, d.config))
         self.config[i], self.prob[i], self.group[i], self.arm[i], self.mode[i] = d.config, d.probability, d.group, d.arm, mode
         self.srtt_ms[i] = out.srtt_ms
-        self.pending.append((t + sim.config.update_latency_s, ctx, d, out, self.table_group))
+        # the outcome is known when the page load ends (until 2026-12-07 at its start; found by review)
+        heapq.heappush(self.pending, (t + observed / 1000.0 + sim.config.update_latency_s, i, ctx, d, out,
+                                      self.table_group))
 
     def srtt(self, i: int, config: int) -> float:
         """The RTT the server measures for page load ``i`` under ``config``: its handshake RTT plus the queueing
@@ -262,20 +286,25 @@ class _Loop:
         if not self.table_mode:
             return self.policy.select(ctx)
         while self.table_queue and self.table_queue[0][0] <= ctx.time_s:
-            self.resolver = DecisionTable(self.table_queue.popleft()[1], validated=True)  # compile_table validated it
+            doc = self.table_queue.popleft()[1]
+            self.resolver = DecisionTable(doc, validated=True)  # compile_table validated it
+            self.main_choice = {g["id"]: _main_choice(g["choices"]) for g in doc["groups"]}
         group = self.policy.group_of(ctx)  # outcomes feed the learner state of the context's own group
         if self.resolver is None:
             self.table_group = None
             return Decision(self.policy.space.default_index, 1.0, group, "default")
         a = decide(self.resolver, ctx.client.client_id, ctx.website, ctx.client.device, int(self.draws[i]))
         self.table_group = a.group
+        # a draw of a group's minority choice is the table's exploration (the degradation breakdown's cause)
+        self.minority[i] = not a.holdback and a.group is not None and a.config != self.main_choice.get(a.group)
         return Decision(self.policy.space.index_of(a.config), a.p, group, "holdback" if a.holdback else "table")
 
     def _deliver(self, t: float) -> None:
         pol, arch = self.policy, self.archive
         while self.pending and self.pending[0][0] <= t:
-            _, ctx, d, out, table_group = self.pending.popleft()
-            arch.update(ctx.client.prefix, ctx.time_s, out.goodput_mbps, out.loss, out.rtt_ms)
+            _, i, ctx, d, out, table_group = heapq.heappop(self.pending)
+            arch.update(ctx.client.prefix, ctx.time_s + out.completion_ms / 1000.0, out.goodput_mbps, out.loss,
+                        out.rtt_ms)
             if self.guard is not None:  # the manager's feeder: guardrail statistics, then the policy
                 self.guard.observe(table_group, d.config, out.completion_ms, d.arm == "holdback")
             pol.observe(ctx, d, out)
@@ -302,7 +331,8 @@ class _Loop:
                 "arm": np.array(self.arm), "mode_ms": self.mode, "plt_ms": observed, "default_ms": default_obs,
                 "mode_default_ms": w.mode_default, "mode_optimal_ms": w.mode_optimal,
                 "stale_cell": w.stale_cell, "stale_optimal": self._stale_optimal(), "srtt_ms": self.srtt_ms,
-                "srtt_default_ms": np.array([self.srtt(i, self.sim.space.default_index) for i in range(len(w))])}
+                "srtt_default_ms": np.array([self.srtt(i, self.sim.space.default_index) for i in range(len(w))]),
+                "table_minority": self.minority}
 
     def _stale_optimal(self) -> np.ndarray:
         """Whether the chosen configuration is optimal for the archive's (stale) view but not for the

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,10 +39,12 @@ def worlds(spec: str) -> list[tuple[str, int]]:
 
 
 def evaluate(scenario: str, seed: int, param: str | None) -> dict[str, dict]:
-    cmd = [sys.executable, "-m", "tailor", "evaluate", "--scenario", scenario, "--seed", str(seed), "--policies",
-           "default,config-snob,optimal", "--json", "--no-report"] + (["--policy-param", param] if param else [])
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=True)
+    with tempfile.TemporaryDirectory(prefix="configsnob-trial-") as out:  # its own --out: base and variant run at once
+        cmd = [sys.executable, "-m", "tailor", "evaluate", "--scenario", scenario, "--seed", str(seed), "--policies",
+               "default,config-snob,optimal", "--json", "--no-report", "--out", out] + (
+                   ["--policy-param", param] if param else [])
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+        res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600, check=True)
     rows = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
     return {r["policy"]: {k: r[k] for k in FIELDS} for r in rows}
 

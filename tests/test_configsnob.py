@@ -299,6 +299,25 @@ def test_cf_reward_is_an_arithmetic_mean_as_the_average_it_stands_in_for():
     assert np.allclose(rewards, np.mean(np.exp(y)), rtol=1e-9)
 
 
+def test_search_space_limit_priced_against_the_current_state():
+    """§3.3.3 prices a transition from the current state: a configuration faster than the default but slower than
+    the group's current one is kept against the default and dropped against the current state (``limit_ref``)."""
+    space = ConfigSpace.named("core")
+    est = CausalEstimator(space)
+    width = est.encode.matrix.shape[1]
+    uses = np.flatnonzero(est.encode.matrix[:, 0] == 1)
+    both = np.flatnonzero((est.encode.matrix[:, 0] == 1) & (est.encode.matrix[:, 1:].any(axis=1)))
+    only = next(int(c) for c in uses if not est.encode.matrix[c, 1:].any())  # one column set, the rest default
+    theta = np.zeros((50, width))
+    theta[:, 0] = -0.10  # column 0 is 10% faster than the default
+    other = int(np.flatnonzero(est.encode.matrix[:, 1:].any(axis=1) & (est.encode.matrix[:, 0] == 0))[0])
+    vs_default, vs_current = est.effects(theta, 0.75), est.effects(theta, 0.75, ref=only)
+    assert vs_default[other] == 0.0 and vs_current[other] == pytest.approx(0.10)  # no faster than the default
+    assert vs_current[only] == 0.0 and len(both) > 0 and np.allclose(vs_current[both], 0.0)
+    with pytest.raises(ParameterError):
+        make_policy("config-snob", limit_ref="best")
+
+
 def test_search_space_limit_by_quantile_drops_what_slows_a_share_of_the_group():
     """One knob column is 5% faster for 85% of a group's rows and 20% slower for the rest: on average (-1.25%)
     the configurations that set it stay in the space, at the 0.9-quantile they are dropped; configurations that

@@ -73,9 +73,20 @@ def _put_in_place(stage: Path, root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for e in root.iterdir():
         if _ours(e):
-            shutil.rmtree(e) if e.is_dir() else e.unlink()
+            _remove(e)
     for e in stage.iterdir():
-        os.replace(e, root / e.name)
+        try:
+            os.replace(e, root / e.name)
+        except OSError:  # another evaluate into the same --out put its own there meanwhile: the last one wins
+            _remove(root / e.name)
+            os.replace(e, root / e.name)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _run_seeds(args, argv, policies, oracle, seeds, root):

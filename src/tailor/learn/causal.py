@@ -183,14 +183,15 @@ class CausalEstimator:
         """Per-row CATE coefficients (one per treatment column); callers cache them per sample."""
         return self.model.const_marginal_effect(X[:, self.columns]).reshape(len(X), -1)
 
-    def effects(self, theta: np.ndarray, q: float = 0.0) -> np.ndarray:
-        """Change of log reward from the default to every configuration for rows with CATE ``theta``: averaged
-        over the rows (the group's CATE), or with ``q`` in (0, 1) its q-quantile over the rows (a configuration
-        with a positive 0.9-quantile slows at least a tenth of the rows)."""
+    def effects(self, theta: np.ndarray, q: float = 0.0, ref: int | None = None) -> np.ndarray:
+        """Change of log reward from the default (or from configuration ``ref``) to every configuration for rows with
+        CATE ``theta``: averaged over the rows (the group's CATE), or with ``q`` in (0, 1) its q-quantile over the rows
+        (a configuration with a positive 0.9-quantile slows at least a tenth of the rows)."""
         theta = np.asarray(theta).reshape(-1, self.encode.matrix.shape[1])
+        m = self.encode.matrix if ref is None else self.encode.matrix - self.encode.matrix[ref]
         if q > 0:
-            return np.quantile(theta @ self.encode.matrix.T, q, axis=0)
-        return self.encode.matrix @ theta.mean(axis=0)
+            return np.quantile(theta @ m.T, q, axis=0)
+        return m @ theta.mean(axis=0)
 
     def rewards(self, theta: np.ndarray, configs: np.ndarray, y: np.ndarray) -> np.ndarray:
         """CF reward of every configuration for a group: exp(anchor + effect), where exp(anchor) is the group's mean

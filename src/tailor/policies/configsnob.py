@@ -81,6 +81,11 @@ class ConfigSnobPolicy(Policy):
         # held-out seeds (broadband-us 100-104, default 100-102): degraded -0.33 points [-0.63, -0.03], mean
         # improvement +0.07 [-0.46, +0.60] against 0 (docs/configsnob.md)
         "limit_q": (0.75, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1, "in [0, 1)"),
+        # what the forest's limit prices against: the default configuration ('default', ours), or the group's current
+        # state, its most-served configuration (§3.3.3: "Using the current state of the configuration parameters as
+        # input, the module assesses the consequences (impacts) of transitioning to all potential future
+        # configuration knobs"; 'current', found by review 2026-12-07; a new group's current state is the default)
+        "limit_ref": ("default", lambda v: v in ("default", "current"), "'default' or 'current'"),
         # ours: a numeric knob's treatment in the forest, one slope through the default ('linear') or one per side of
         # it ('hinge', learn/causal.py TreatmentEncoder)
         "numeric": ("linear", lambda v: v in ("linear", "hinge"), "'linear' or 'hinge'"),
@@ -137,7 +142,7 @@ class ConfigSnobPolicy(Policy):
         # limit, one slope per numeric knob, one pooled forest)
         self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {},
                               "best_from": "reward", "group_scope": "all", "_site_km": {}, "levels": "subnet",
-                              "_levels": FEATURES, "initial": "paper", "design": "own", **state})
+                              "_levels": FEATURES, "initial": "paper", "design": "own", "limit_ref": "default", **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -358,7 +363,7 @@ class ConfigSnobPolicy(Policy):
                 continue
             ids = node.samples[-self.group_samples:]
             above = self._ancestor_samples(key) if self.design == "ancestor" else ()
-            self._choices[gid] = self._arms.overlap(gid, ids, y, self._cols, self._ci_view(ids, y), above)
+            self._choices[gid] = self._arms.overlap(gid, ids, y, self._cols, self._ci_view(ids, y, gid), above)
             self._assign[key] = gid
 
     def _overlap_nodes(self, key: tuple, top: int):
@@ -397,18 +402,25 @@ class ConfigSnobPolicy(Policy):
 
     def _set_choices(self, gid: str, ids: list[int], y: np.ndarray, parent, steady_ok: bool) -> None:
         ids = list(ids)[-self.group_samples:]
-        self._choices[gid] = self._arms.group(gid, ids, y, self._cols, self._ci_view(ids, y), parent, steady_ok)
+        self._choices[gid] = self._arms.group(gid, ids, y, self._cols, self._ci_view(ids, y, gid), parent, steady_ok)
 
-    def _ci_view(self, ids: list[int], y: np.ndarray):
+    def _ci_view(self, ids: list[int], y: np.ndarray, gid: str | None = None):
         """(CF rewards per configuration, CF-limited allowed mask) for these samples, or None."""
         if not self._ci.fitted or not ids:
             return None
         theta = self._theta[ids]
         rewards = self._ci.rewards(theta, np.asarray([self._cols["config"][i] for i in ids]), y[ids])
         bound = -self.margin if self.exploration == "controlled" else 0.0
-        # §3.3.3: drop configurations estimated worse than the default (on average, or for a share 1 - limit_q)
-        allowed = self._ci.effects(theta, self.limit_q) <= bound
+        # §3.3.3: drop configurations estimated worse than the default, or than the group's current state
+        # (``limit_ref``), on average or for a share 1 - limit_q of its samples
+        ref = None
+        if self.limit_ref == "current" and self._choices.get(gid):
+            served = self._merge(self._served(gid))
+            ref = max(served, key=served.__getitem__)
+        allowed = self._ci.effects(theta, self.limit_q, ref) <= bound
         allowed[self.space.default_index] = True
+        if ref is not None:
+            allowed[ref] = True
         return rewards, allowed
 
     # -- decision tables

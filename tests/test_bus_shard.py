@@ -5,6 +5,7 @@ Shards run as subprocesses (``python -m tailor manager --bus ...``) with ``--upd
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import pickle
@@ -446,6 +447,23 @@ async def _start(w):
     return w
 
 
+@contextlib.asynccontextmanager
+async def _two_shards(bus):
+    """(js, shard A, shard B, an edge publisher) on the test's nats-server, connections closed after."""
+    from tailor.bus.shard import Shard
+
+    nc, js = await _conn(bus)
+    A, B = Shard(_shard_cfg(bus, "A")), Shard(_shard_cfg(bus, "B"))
+    await A.connect()
+    await B.connect()
+    try:
+        yield js, A, B, T.EdgePublisher(js, source="e")
+    finally:
+        for s in (A, B):
+            await s.nc.close()
+        await nc.close()
+
+
 def test_takeovers_keep_the_bus_table_and_fence_a_paused_owners_envelope(bus):
     """Three takeover paths of one partition, on two in-process shards (found by review, 2026-12-07; each failed
     before): (1) an owner paused between its state and its table envelope (a GC pause) must not overwrite its
@@ -455,20 +473,14 @@ def test_takeovers_keep_the_bus_table_and_fence_a_paused_owners_envelope(bus):
     the takeover instead of restarting versions at 1."""
     import nats
 
-    from tailor.bus.shard import Fenced, PartitionWorker, Shard
+    from tailor.bus.shard import Fenced, PartitionWorker
     from tailor.manager import publish as pub
 
     async def scenario():
-        nc, js = await _conn(bus)
-        A, B = Shard(_shard_cfg(bus, "A")), Shard(_shard_cfg(bus, "B"))
-        await A.connect()
-        await B.connect()
-        edge = T.EdgePublisher(js, source="e")
+        async with _two_shards(bus) as (js, A, B, edge):
+            async def in_bus():
+                return T.envelope_table((await T.envelopes(js))[0])
 
-        async def in_bus():
-            return T.envelope_table((await T.envelopes(js))[0])
-
-        try:
             wa = await _start(PartitionWorker(A, 0))
             await edge.publish(0, T.records(300, prefixes=20, tag=1))
             await _feed(wa, 1)
@@ -514,10 +526,6 @@ def test_takeovers_keep_the_bus_table_and_fence_a_paused_owners_envelope(bus):
             wb2 = await _start(PartitionWorker(B, 0))
             assert (await in_bus())["version"] > before["version"]
             await wb2.stop()
-        finally:
-            for s in (A, B):
-                await s.nc.close()
-            await nc.close()
 
     asyncio.run(scenario())
 
@@ -527,15 +535,10 @@ def test_a_paused_owner_does_not_overwrite_its_successors_archive_summary(bus):
     the worker read at takeover or last wrote, as the table envelope is: an owner paused before its summary write
     wakes fenced, and its older archive does not replace its successor's (it did until 2026-12-07: the write was
     unconditional)."""
-    from tailor.bus.shard import Fenced, PartitionWorker, Shard
+    from tailor.bus.shard import Fenced, PartitionWorker
 
     async def scenario():
-        nc, js = await _conn(bus)
-        A, B = Shard(_shard_cfg(bus, "A")), Shard(_shard_cfg(bus, "B"))
-        await A.connect()
-        await B.connect()
-        edge = T.EdgePublisher(js, source="e")
-        try:
+        async with _two_shards(bus) as (js, A, B, edge):
             wa = await _start(PartitionWorker(A, 0))
             await edge.publish(0, T.records(200, prefixes=10, tag=1))
             await _feed(wa, 1)
@@ -568,10 +571,6 @@ def test_a_paused_owner_does_not_overwrite_its_successors_archive_summary(bus):
                 await stalled
             assert await T.archives(js) == b_summary
             await wb.stop()
-        finally:
-            for s in (A, B):
-                await s.nc.close()
-            await nc.close()
 
     asyncio.run(scenario())
 

@@ -111,14 +111,12 @@ func (a *Agent) remember(c *rules.Compiled) {
 		}
 	}
 	ids := make([]string, len(c.Groups))
-	size := 16 * len(ids)
 	for i, g := range c.Groups {
 		if s, ok := prev[g.ID]; ok {
 			ids[i] = s
 		} else {
 			ids[i] = g.ID
 		}
-		size += len(g.ID)
 	}
 	if old, ok := a.history[c.Version]; ok {
 		a.historySize -= idsSize(old)
@@ -126,7 +124,7 @@ func (a *Agent) remember(c *rules.Compiled) {
 	}
 	a.history[c.Version] = ids
 	a.order = append(a.order, c.Version)
-	a.historySize += size
+	a.historySize += idsSize(ids)
 	for len(a.order) > keepVersions && a.historySize > historyBytes {
 		a.historySize -= idsSize(a.history[a.order[0]])
 		delete(a.history, a.order[0])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from scipy.special import logsumexp
 from scipy.stats import spearmanr
 from sklearn.ensemble import RandomForestRegressor
 from sklearn.linear_model import LogisticRegression
@@ -205,7 +206,7 @@ class CausalEstimator:
         delta = self.effects(theta)
         own = np.einsum("ij,ij->i", np.asarray(theta), self.encode(configs))
         r = np.clip(np.asarray(y) - own, -LOG_REWARD_BOUND, LOG_REWARD_BOUND)
-        anchor = float(r.max() + np.log(np.mean(np.exp(r - r.max())))) if len(r) else 0.0  # log of the mean reward
+        anchor = float(logsumexp(r) - np.log(len(r))) if len(r) else 0.0  # log of the mean reward
         return np.exp(np.clip(anchor + delta, -LOG_REWARD_BOUND, LOG_REWARD_BOUND))
 
 

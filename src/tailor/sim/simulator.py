@@ -121,14 +121,6 @@ def replay_histories(world: World, key, latency_s: float) -> list:
     return out
 
 
-def _main_choice(choices: list[dict]) -> str:
-    """A table group's most probable configuration (its choices summed per configuration; the first on a tie)."""
-    total: dict[str, float] = {}
-    for c in choices:
-        total[c["config"]] = total.get(c["config"], 0.0) + c["p"]
-    return max(total, key=total.__getitem__)
-
-
 class Simulator:
     """Prepares a world once, then runs any number of policies through it."""
 
@@ -250,8 +242,7 @@ class _Loop:
         self.table_mode = sim.config.mode == "table"
         self.guard = GuardedTables.of(sim.config, sim.space) if sim.config.guardrails == "on" else None
         self.table_group = None  # group of the table for the last decision (held back: the one it would give)
-        self.main_choice: dict[str, str] = {}  # table mode: each group's most probable configuration
-        self.minority = np.zeros(n, dtype=bool)  # table mode: drawn another choice of its group than that one
+        self.minority = np.zeros(n, dtype=bool)  # table mode: drawn another choice than its group's most probable
 
     def step(self, i: int) -> None:
         w, sim = self.sim.world, self.sim
@@ -286,9 +277,7 @@ class _Loop:
         if not self.table_mode:
             return self.policy.select(ctx)
         while self.table_queue and self.table_queue[0][0] <= ctx.time_s:
-            doc = self.table_queue.popleft()[1]
-            self.resolver = DecisionTable(doc, validated=True)  # compile_table validated it
-            self.main_choice = {g["id"]: _main_choice(g["choices"]) for g in doc["groups"]}
+            self.resolver = DecisionTable(self.table_queue.popleft()[1], validated=True)  # compile_table validated it
         group = self.policy.group_of(ctx)  # outcomes feed the learner state of the context's own group
         if self.resolver is None:
             self.table_group = None
@@ -296,7 +285,7 @@ class _Loop:
         a = decide(self.resolver, ctx.client.client_id, ctx.website, ctx.client.device, int(self.draws[i]))
         self.table_group = a.group
         # a draw of a group's minority choice is the table's exploration (the degradation breakdown's cause)
-        self.minority[i] = not a.holdback and a.group is not None and a.config != self.main_choice.get(a.group)
+        self.minority[i] = not a.holdback and a.group is not None and a.config != self.resolver.main_choice(a.group)
         return Decision(self.policy.space.index_of(a.config), a.p, group, "holdback" if a.holdback else "table")
 
     def _deliver(self, t: float) -> None:

@@ -138,7 +138,7 @@ class Applied:
 
 
 class _Group:
-    __slots__ = ("configs", "cum", "p_treated", "p_held")
+    __slots__ = ("configs", "cum", "p_treated", "p_held", "main")
 
     def __init__(self, choices: list[dict], default: str, holdback: float):
         self.configs = [c["config"] for c in choices]
@@ -148,6 +148,7 @@ class _Group:
             pi[c["config"]] = pi.get(c["config"], 0.0) + c["p"]
         self.p_treated = [propensity(pi[cid], holdback, cid == default) for cid in self.configs]
         self.p_held = propensity(pi.get(default, 0.0), holdback, True)
+        self.main = max(pi, key=pi.__getitem__)  # the most probable configuration (the first on a tie)
 
 
 class DecisionTable:
@@ -186,6 +187,10 @@ class DecisionTable:
                     if (r_sni is None or r_sni == sni) and (r_dev is None or r_dev == device):
                         return group
         return None
+
+    def main_choice(self, gid: str) -> str:
+        """Group ``gid``'s most probable configuration (its choices summed per configuration)."""
+        return self._groups[gid].main
 
     def draw_of(self, addr, draw: int = 0) -> int:
         """The 64-bit draw a connection uses: the client's cohort draw if the table has a salt, else ``draw``."""

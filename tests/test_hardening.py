@@ -34,6 +34,7 @@ from tailor.demo.binaries import ROOT
 from tailor.manager.api import create_app
 from tailor.manager.config import ManagerConfig
 from tailor.manager.publish import enforce_budget
+from tailor.manager.service import Manager
 from tailor.manager.signing import Signer, load_public_keys, public_pem, verify
 from tailor.manager.store import Store
 from tailor.manager.testing import free_port
@@ -254,6 +255,36 @@ def test_a_failing_policy_is_isolated_then_quarantined(tmp_path, monkeypatch):
         assert c.get("/healthz").json()["status"] == "ok"
 
 
+def test_a_cycle_failing_after_its_feed_is_quarantined_while_telemetry_keeps_arriving(tmp_path, monkeypatch):
+    """A failure after the feed (planning, compiling, publishing) has already moved the watermark past the rows it
+    read; the failures still start from the last good state's watermark, so they count as consecutive and the
+    third skips the first one's span. (Until 2026-12-07 the span started at the moved watermark, a new one every
+    cycle under live traffic: the count stayed at 1 and learning stopped for good; found by review.)"""
+    app = create_app(cfg(tmp_path))
+    mgr = app.state.manager
+    plan = type(mgr.policy).plan
+
+    def broken(self, now, compile=True):
+        raise FloatingPointError("poisoned state")
+
+    with TestClient(app) as c:
+        assert c.post("/v1/telemetry", content=batch([record(i) for i in range(50)]), headers=ED).status_code == 202
+        monkeypatch.setattr(type(mgr.policy), "plan", broken)
+        failures = []
+        for k in range(3):
+            late = [record(100 * (k + 1) + i) for i in range(20)]
+            assert c.post("/v1/telemetry", content=batch(late), headers=ED).status_code == 202
+            r = c.post("/v1/cycle", headers=OP)
+            assert r.status_code == 500 and "poisoned state" in r.json()["error"]
+            failures.append(mgr.health.consecutive_failures)
+        assert failures == [1, 2, 3]
+        assert c.get("/healthz").json()["quarantined_records"] == 70  # the first failure's span, 50 + 20 records
+        monkeypatch.setattr(type(mgr.policy), "plan", plan)
+        r = c.post("/v1/cycle", headers=OP)
+        assert r.status_code == 200 and r.json()["rows"] == 40  # the late records after that span
+        assert c.get("/healthz").json()["status"] == "ok"
+
+
 def test_a_poisoned_record_is_quarantined_while_telemetry_keeps_arriving(tmp_path, monkeypatch):
     """Live traffic moves a failing cycle's span end every cycle; the failures still count as consecutive (same
     watermark), the third one skips the span the first failure read, and the records that arrived after it are
@@ -460,3 +491,53 @@ def test_edges_report_and_alert_when_no_edge_applies_the_table(tmp_path):
                       headers=ED).status_code == 202
         rep = c.get("/v1/edges", headers=OP).json()
         assert rep["on_current"] == 1 and rep["alert"] is None and c.get("/healthz").json()["status"] == "ok"
+
+
+def test_the_guardrails_keep_no_state_for_groups_and_configurations_no_table_has(tmp_path):
+    """The group and configuration id of a record are an edge's strings: the guardrails' statistics hold only groups
+    a table has and configurations of the space, and the rest is counted. (Until 2026-12-07 every new string added
+    an entry nothing pruned: 50,000 records grew the saved state to 18 MB; found by review.)"""
+    mgr = Manager(cfg(tmp_path))
+    try:
+        recs = [record(i, group=f"g-{i}-" + "x" * 200) for i in range(500)]
+        recs += [record(1000 + i, config_id=f"c-{i:010x}") for i in range(500)]
+        recs += [record(2000 + i) for i in range(100)]  # the default group, the default configuration
+        assert mgr.ingest(batch(recs)).status == 202
+        mgr.run_cycle(now=T0 + 2000)
+        assert set(mgr.guard.treated) <= {"default"} | {g["id"] for g in mgr.current.doc["groups"]}
+        assert sum(s.n for g in mgr.guard.treated.values() for s in g.values()) == 100
+        text = mgr.metrics.render().decode()
+        assert 'tailor_feed_unguarded_records_total{reason="unknown_group"} 500.0' in text
+        assert 'tailor_feed_unguarded_records_total{reason="foreign_config"} 500.0' in text
+    finally:
+        mgr.close()
+
+
+def test_the_edges_report_is_safe_while_ingest_adds_sources(tmp_path):
+    """/healthz reads the edges' versions while ingest threads add sources (until 2026-12-07 it iterated the dict
+    itself: "dictionary changed size during iteration", a 500 from /healthz; found by review)."""
+    mgr = Manager(cfg(tmp_path))
+    stop, errors = threading.Event(), []
+
+    def add():
+        i = 0
+        while not stop.is_set() and i < 2_000_000:
+            mgr._saw_edge(f"edge-{i % 9000}", 1)
+            if i % 9000 == 8999:
+                mgr.edge_versions.clear()
+            i += 1
+
+    t = threading.Thread(target=add)
+    t.start()
+    try:
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            try:
+                mgr.edges_report()
+            except RuntimeError as err:
+                errors.append(err)
+    finally:
+        stop.set()
+        t.join()
+        mgr.close()
+    assert errors == []

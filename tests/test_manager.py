@@ -177,11 +177,12 @@ def test_request_size_bounded_and_queue_overflow_counted(tmp_path):
 
 def test_feed_mapping(tmp_path):
     app = create_app(cfg(tmp_path))
+    g1 = app.state.manager.current.doc["groups"][0]["id"]  # the guardrails keep groups a table has
     conn = {"time": T0, "kind": "connection", "client_prefix": "10.7.7.0/24", "config_id": DEFAULT, "table_version": 1,
-            "group": "g1", "handshake_rtt_ms": 80.0, "max_delivery_rate_Bps": 250000.0, "bytes_sent": 100000,
+            "group": g1, "handshake_rtt_ms": 80.0, "max_delivery_rate_Bps": 250000.0, "bytes_sent": 100000,
             "bytes_retrans": 2000, "duration_ms": 900.0}
     resp = {"time": T0 + 1, "kind": "response", "client_prefix": "10.7.7.0/24", "config_id": DEFAULT,
-            "table_version": 1, "group": "g1", "ttfb_ms": 100.0, "ttlb_ms": 400.0, "object_bytes": 100000}
+            "table_version": 1, "group": g1, "ttfb_ms": 100.0, "ttlb_ms": 400.0, "object_bytes": 100000}
     with TestClient(app, headers=AUTH) as c:
         assert c.post("/v1/telemetry", content=batch([conn, resp]), headers=AUTH).status_code == 202
         mgr = app.state.manager
@@ -189,7 +190,7 @@ def test_feed_mapping(tmp_path):
         h = mgr.archive.get("10.7.7.0/24", T0 + 10)
         # first sample: goodput 2 Mbit/s (rate x 8), loss 0.02, rtt 80; second: 100 kB x 8 / 400 ms = 2 Mbit/s
         assert h.samples == 1 and math.isclose(h.goodput_mbps, 2.0) and math.isclose(h.loss, 0.02)
-        stats = mgr.guard.treated["g1"][DEFAULT]
+        stats = mgr.guard.treated[g1][DEFAULT]
         assert stats.n == 2 and math.isclose(stats.mean, (math.log(900.0) + math.log(400.0)) / 2)
 
 
@@ -198,19 +199,20 @@ def test_edge_connection_records_feed_the_archive_not_the_outcomes(tmp_path):
     """tailor-edge's kind "connection" (alpn / tls_fingerprint set) updates the prefix archive only: its
     responses are the outcomes, and its duration includes keep-alive idle time."""
     app = create_app(cfg(tmp_path))
+    g1 = app.state.manager.current.doc["groups"][0]["id"]  # the guardrails keep groups a table has
     edge_conn = {"time": T0, "kind": "connection", "client_prefix": "10.8.8.0/24", "config_id": DEFAULT,
-                 "table_version": 1, "group": "g1", "handshake_rtt_ms": 40.0, "max_delivery_rate_Bps": 500000.0,
+                 "table_version": 1, "group": g1, "handshake_rtt_ms": 40.0, "max_delivery_rate_Bps": 500000.0,
                  "bytes_sent": 50000, "bytes_retrans": 500, "duration_ms": 30000.0, "alpn": "h2",
                  "tls_fingerprint": "t13d1516h2_8daaf6152771_02713d6af862"}
     resp = {"time": T0 + 1, "kind": "response", "client_prefix": "10.8.8.0/24", "config_id": DEFAULT,
-            "table_version": 1, "group": "g1", "ttfb_ms": 50.0, "ttlb_ms": 200.0, "object_bytes": 50000, "alpn": "h2"}
+            "table_version": 1, "group": g1, "ttfb_ms": 50.0, "ttlb_ms": 200.0, "object_bytes": 50000, "alpn": "h2"}
     with TestClient(app, headers=AUTH) as c:
         assert c.post("/v1/telemetry", content=batch([edge_conn, resp]), headers=AUTH).status_code == 202
         mgr = app.state.manager
         mgr.run_cycle(now=T0 + 10)
         h = mgr.archive.get("10.8.8.0/24", T0 + 10)
         assert h.samples >= 1 and math.isclose(h.loss, 0.01)  # the connection record reached the archive
-        stats = mgr.guard.treated["g1"][DEFAULT]
+        stats = mgr.guard.treated[g1][DEFAULT]
         assert stats.n == 1 and math.isclose(stats.mean, math.log(200.0))  # only the response is an outcome
 
 # -- tables

@@ -80,6 +80,7 @@ class FeedReport:
     rows: int = 0
     observed: int = 0  # fed to policy.observe with an outcome (treated and holdback)
     foreign: int = 0  # configuration outside the manager's space
+    unknown_group: int = 0  # a group neither the published table nor the policy's has: not kept by the guardrails
     no_outcome: int = 0  # no completion time for the record's kind
     last_seq: int = 0
     treated: LogStats = field(default_factory=LogStats)
@@ -221,11 +222,20 @@ class Feeder:
         table_group = group
         if table_group is None and hold and resolver is not None:
             table_group = resolver.group_of(client_id(prefix, addr), sni, device)
-        self.guard.observe(table_group or "default", cid, done_ms, hold)
-        (report.holdback if hold else report.treated).add(done_ms)
+        table_group = table_group or "default"
         index = self._index.get(cid)
+        # the guardrails keep statistics only of groups a table has and configurations of the space: the group and
+        # the configuration id are an edge's strings, and until 2026-12-07 every new one added an entry that
+        # nothing pruned (one edge token could grow the state without bound; found by review)
         if index is None:
             report.foreign += 1
+        elif table_group != "default" and table_group not in self.policy_choices and not (
+                resolver is not None and resolver.has_group(table_group)):
+            report.unknown_group += 1
+        else:
+            self.guard.observe(table_group, cid, done_ms, hold)
+        (report.holdback if hold else report.treated).add(done_ms)
+        if index is None:
             return
         ctx = Context(t, prefix, self._client(prefix, addr, device, asn, region), self.sites(sni), rtt or 0.0, history)
         mine = self.policy_choices.get(group)

@@ -19,6 +19,9 @@ class Metrics:
                                       registry=r)
         self.quarantined = Counter("tailor_quarantined_records",
                                    "stored records skipped by learning after repeated failed cycles over them", registry=r)
+        self.not_guarded = Counter("tailor_feed_unguarded_records",
+                                   "records the guardrails do not keep: a configuration outside the space or a group "
+                                   "no table has", ["reason"], registry=r)
         self.stored = Counter("tailor_store_records", "telemetry records written to the store", registry=r)
         self.queue = Gauge("tailor_ingest_queue_records", "records waiting in the ingest queue", registry=r)
         self.rate = Gauge("tailor_ingest_records_per_second", "records stored per second over the last cycle", registry=r)

@@ -248,7 +248,8 @@ class Manager:
         """Per table version, the edges (telemetry sources seen in the last ``window``) running it."""
         now = time.time() if now is None else now
         window = max(300.0, 3 * self.cfg.update_freq_s)
-        active = {s: v for s, (v, seen) in self.edge_versions.items() if now - seen <= window}
+        # a copy: ingest threads add sources while this runs (iterating the dict itself raised "changed size")
+        active = {s: v for s, (v, seen) in self.edge_versions.copy().items() if now - seen <= window}
         by_version: dict[int, int] = {}
         for v in active.values():
             by_version[v] = by_version.get(v, 0) + 1
@@ -379,19 +380,22 @@ class Manager:
         ``QUARANTINE_AFTER`` cycles in a row fail from the same watermark, the span the first of them read is skipped
         (counted), so one poisoned record cannot stop learning for good, also while telemetry keeps arriving."""
         with self._cycle_lock:
-            upto = self.written_seq
+            self._cycle_upto = self.written_seq  # _cycle moves it to what its flush made durable
             try:
                 summary = self._cycle(self.clock() if now is None else now)
             except Exception as err:
-                self._cycle_failed(err, upto)
+                self._cycle_failed(err, self._cycle_upto)
                 raise CycleError(f"update cycle failed: {type(err).__name__}: {err}") from err
             self.health.cycle_ok()
             return summary
 
     def _cycle_failed(self, err: Exception, upto: int) -> None:
         self.metrics.cycle_failures.inc()
-        span = (self.fed_seq, upto)
+        # the span starts where the last good state had fed to: the failed cycle may have moved fed_seq past its
+        # rows before it failed (until 2026-12-07 the span started there, so a failure after the feed never counted
+        # as consecutive under live traffic and the quarantine never came)
         self._rollback_state()
+        span = (self.fed_seq, upto)
         n = self.health.cycle_failed(f"{type(err).__name__}: {str(err)[:300]}", span)
         log("cycle.failed", logging.ERROR, error=str(err)[:300], consecutive=n, fed_seq=self.fed_seq, upto=upto)
         upto = self.health.failed_span[1]  # the quarantine skips the span the first of these failures had
@@ -409,6 +413,7 @@ class Manager:
     def _cycle(self, now: float) -> CycleSummary:
         started = time.perf_counter()
         self.flush()
+        self._cycle_upto = self.written_seq
         rows = self.store.feed_rows(self.fed_seq, self.written_seq)
         report = self.feeder.feed(rows, self.current.resolver())
         self.fed_seq = max(self.fed_seq, report.last_seq)
@@ -430,6 +435,8 @@ class Manager:
         summary = self._summarize(report, published, len(events), deleted, duration)
         self._record(now, summary, report)
         self.snapshot()
+        self.metrics.not_guarded.labels("foreign_config").inc(report.foreign)
+        self.metrics.not_guarded.labels("unknown_group").inc(report.unknown_group)
         log("cycle", **summary.__dict__)
         return summary
 

@@ -188,6 +188,9 @@ class DecisionTable:
                         return group
         return None
 
+    def has_group(self, gid: str) -> bool:
+        return gid in self._groups
+
     def main_choice(self, gid: str) -> str:
         """Group ``gid``'s most probable configuration (its choices summed per configuration)."""
         return self._groups[gid].main

@@ -587,6 +587,33 @@ def test_cell_lag_holds_a_cell_s_own_outcomes_until_the_next_plan(cell_lag):
         assert deciding()[other] == pytest.approx(moved)
 
 
+def test_a_batch_credits_the_budget_as_observe_does():
+    """observe_batch's budget terms are observe's, at the predictions from before the batch: y ((1 + alpha)
+    exp(-UCB) - 1) in time and 1 + alpha_loads - exp(UCB) in page loads, with UCB floored where observe floors it
+    (with ``credit`` 'gain', not at all). Until 2026-12-07 the batch floored it at 0, so a departure bounded
+    below the baseline was credited less slack in the manager than in the simulator (found by review)."""
+    pol, space = _policy()
+    rng = np.random.default_rng(5)
+    pol.observe_batch(_world_items(pol, space, rng, 3000))
+    pol.plan(3600.0, compile=False)
+    items = _world_items(pol, space, rng, 400, t0=3600.0)
+    time_terms, load_terms, below = {}, {}, 0
+    for ctx, d, out in items:
+        cell = pol._cell(ctx)
+        g = pol._group(cell)
+        mean, sd, _, _ = pol._effects(cell, g)
+        ucb = 0.0 if d.config == pol._base else max(float(mean[d.config] + pol.budget_z * sd[d.config]), pol._floor)
+        below += ucb < 0.0
+        time_terms[g] = time_terms.get(g, 0.0) + out.completion_ms * ((1.0 + pol.alpha) * math.exp(-ucb) - 1.0)
+        load_terms[g] = load_terms.get(g, 0.0) + 1.0 + pol.alpha_loads - math.exp(ucb)
+    assert below > 0  # departures bounded below the baseline: where the floor matters
+    slack, slack_n = dict(pol._slack), dict(pol._slack_n)
+    pol.observe_batch(items)
+    for g in time_terms:
+        assert pol._slack[g] - slack.get(g, 0.0) == pytest.approx(time_terms[g], rel=1e-6, abs=1e-3)
+        assert pol._slack_n[g] - slack_n.get(g, 0.0) == pytest.approx(load_terms[g], rel=1e-6, abs=1e-6)
+
+
 @pytest.mark.parametrize("cell_epoch,bins", [("off", "coarse"), ("on", "coarse"), ("off", "fine")])
 def test_batch_observe_agrees_with_one_by_one(cell_epoch, bins):
     """observe_batch folds the same page loads as observe one by one: identical counts and sums before the model

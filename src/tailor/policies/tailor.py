@@ -1690,7 +1690,9 @@ class TailorPolicy(Policy):
         at_pair = at_pair[pair]
         mean, sd, level, level_var = mean[at_pair], sd[at_pair], level[inv], level_var[inv]
         base = cfg == self._base
-        ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, 0.0))
+        # at the same floor as observe's (until 2026-12-07 0 here: with credit 'gain' a batch credited less slack
+        # than the same page loads one by one until the next plan repriced it; found by review)
+        ucb = np.where(base, 0.0, np.maximum(mean + self.budget_z * sd, self._floor))
         # budget: the realised terms replace the reservations; the groups' baseline-time estimates
         # (page loads a guardrail served are not the policy's decisions: not charged)
         decided = np.fromiter(map(SERVED.__ne__, map(_ARM, decs)), bool, m)

@@ -139,6 +139,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import repeat
@@ -175,6 +176,7 @@ HOUR_BINS = 4
 DEGRADED = math.log(1.05)  # a page load more than 5% slower than the default's is "degraded" (tailor evaluate)
 SERVED = "served"  # the arm of a page load a guardrail served instead of the policy's choice: learned, not charged
 PROBE_SD_WINDOW = 200  # probe_sd: the probes whose median sd sets the bound
+PROBE_TIE = 1e-6  # probe ranks this close are ties (the scale of the random tie-break used until 2026-12-07)
 POOL = ("none", "website", "website-rtt")  # the middle level of a cell's prior (_fit_pool)
 NOISE_PRIOR_DOF = 20.0  # pseudo-observations of the shared noise variance in a group's own estimate
 SIZE_CENTER, SIZE_SCALE = math.log(300e3), 2.0  # the size feature: (ln bytes - ln 300 KB) / 2, 0 if unknown
@@ -437,6 +439,12 @@ def _key(ctx: Context) -> tuple:
     return (ctx.session, ctx.load_index, ctx.time_s)
 
 
+
+def _tiebreak(seed, n: int) -> np.ndarray:
+    """The probes' tie order: one fixed uniform number per configuration, from the policy's seed (not its decision
+    stream), rotated per cell by :meth:`Tailor._probe_of`."""
+    return np.random.default_rng([0x7469, 0 if seed is None else int(seed)]).random(n)
+
 def _bin(edges: tuple, value: float) -> int:
     """Index of the bin ``value`` falls in (``np.searchsorted(edges, value)``: the number of edges below it)."""
     return bisect.bisect_left(edges, value)
@@ -636,6 +644,8 @@ class TailorPolicy(Policy):
             self.cell_lag, self._stats_lag = "off", CellRows(2, len(self.space))
         if "_cov_blocks" not in state:
             self._restore_cov()
+        if "_tiebreak" not in state:  # before the probes' fixed tie order (2026-12-07)
+            self._tiebreak = _tiebreak(self.seed, len(self.space))
 
     @property
     def _floor(self) -> float:
@@ -763,6 +773,7 @@ class TailorPolicy(Policy):
         self._audit_world: tuple[float, float] | None = None
         self._alarms: list[tuple[float, str]] = []
         self._now = 0.0
+        self._tiebreak = _tiebreak(self.seed, len(space))
 
     def _cell(self, ctx: Context) -> tuple:
         """The context cell: website, device, RTT bin, goodput bin, loss bin, hour bin (-1 = unknown)."""
@@ -1194,7 +1205,7 @@ class TailorPolicy(Policy):
         seen = self._seen.setdefault(group, [0, 0])  # page loads, explorations
         seen[0] += 1
         best = self._greedy(mean, sd, ok)  # the greedy choice, and a probe's second centre
-        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(mean, sd, ucb, safe, near, best)) is not None \
+        if seen[1] < self.explore_share * seen[0] and (opt := self._probe_of(cell, mean, sd, ucb, safe, near, best)) is not None \
                 and self._worth(mean, sd, opt, best, group, self._horizon(cell, seen[0])):
             if self._probes.get((cell, opt), 0) < self.probes:
                 if self._afford(ctx, group, level, level_var, mean[opt] + self.budget_z * sd[opt]):
@@ -1207,12 +1218,15 @@ class TailorPolicy(Policy):
             if exploit != safe and mean[exploit] + charge < ucb[safe] - self.min_gain and self._confirmed(cell, exploit, safe) \
                     and self._afford(ctx, group, level, level_var, mean[exploit] + self.budget_z * sd[exploit]):
                 return self._audited(ctx, group, Decision(exploit, 1.0, gid, "exploit"))
-        if ucb[safe] <= 0.0:
-            if safe == default:
-                return Decision(safe, 1.0, gid, "default")
-            return self._audited(ctx, group, Decision(safe, 1.0, gid, "exploit"))
-        if self._afford(ctx, group, level, level_var, mean[safe] + self.budget_z * sd[safe]):
-            return self._audited(ctx, group, Decision(safe, 1.0, gid, "guard"))
+        if safe == default:
+            return Decision(safe, 1.0, gid, "default")
+        arm = "exploit" if ucb[safe] <= 0.0 else "guard"
+        # free only where its outcome cannot lower the slack: its budget bound (budget_z sd, as observe charges it)
+        # within alpha of the baseline. Until 2026-12-07 a 1-sd bound at or below the baseline's made it free, and
+        # observe's 3-sd charge could then take the slack below 0 with no check (found by review)
+        if self._free(mean[safe] + self.budget_z * sd[safe]) \
+                or self._afford(ctx, group, level, level_var, mean[safe] + self.budget_z * sd[safe]):
+            return self._audited(ctx, group, Decision(safe, 1.0, gid, arm))
         return Decision(default, 1.0, gid, "default")  # the budget holds first
 
     def _audited(self, ctx: Context, group: str, decision: Decision) -> Decision:
@@ -1480,7 +1494,7 @@ class TailorPolicy(Policy):
             if len(self._probe_sds) == PROBE_SD_WINDOW:
                 self._probe_cap = float(self.probe_sd) * float(np.median(self._probe_sds))
 
-    def _probe_of(self, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int, near: np.ndarray,
+    def _probe_of(self, cell: tuple, mean: np.ndarray, sd: np.ndarray, ucb: np.ndarray, safe: int, near: np.ndarray,
                   best: int) -> int | None:
         """The probe of a cell, if any: among the configurations the default guard allows as probes (``near``,
         from :meth:`_bounds`) whose optimistic bound may beat the safe choice by ``min_gain``, the first by
@@ -1493,7 +1507,6 @@ class TailorPolicy(Policy):
         if not plausible.any():
             return None
         rank = ucb if self.probe == "cheap" else optimistic  # "cheap": the least pessimistic cost first
-        rank = rank + 1e-6 * self._rng.random(len(rank))
         d = self.space.default_index
         if plausible[d] and (self.probe_center == "default" or (
                 self.probe_center == "suspect" and mean[self._base] - mean[d] > DEGRADED)):
@@ -1503,7 +1516,17 @@ class TailorPolicy(Policy):
             region = region | self._near[best]
         if self.probe == "local" and (plausible & region).any():
             plausible = plausible & region  # a trust region: one knob changed from the safe choice
-        return int(np.flatnonzero(plausible)[np.argmin(rank[plausible])])
+        candidates = np.flatnonzero(plausible)
+        r = rank[candidates]
+        tied = candidates[r <= r.min() + PROBE_TIE]
+        if len(tied) == 1:
+            return int(tied[0])
+        # ties (every one-knob change under the prior): one fixed order per cell, those the cell may still probe
+        # first, so that the decision is a function of the state and its logged probability 1 is true. Until
+        # 2026-12-07 a fresh random draw per page load broke them and probability 1 was logged (found by review)
+        turn = zlib.crc32(repr(cell).encode()) / 2.0 ** 32
+        capped = np.array([self._probes.get((cell, int(c)), 0) >= self.probes for c in tied])
+        return int(tied[np.lexsort(((self._tiebreak[tied] + turn) % 1.0, capped))[0]])
 
     def _cost(self, group: str, level: float, level_var: float, ucb: float) -> float:
         """The pessimistic budget cost (ms) of one page load with a configuration of this UCB in a cell: the 99th
@@ -1522,6 +1545,12 @@ class TailorPolicy(Policy):
         """``budget_unit='both'``: the pessimistic cost of one page load in baseline page loads,
         ``exp(UCB) - 1 - alpha_loads`` (0 with the default unit)."""
         return max(math.exp(ucb) - 1.0 - self.alpha_loads, 0.0) if self.budget_unit == "both" else 0.0
+
+    def _free(self, ucb: float) -> bool:
+        """Whether a play with this budget bound can only add to the group's slack: its realised terms, y ((1 +
+        alpha) exp(-UCB) - 1) and 1 + alpha_loads - exp(UCB), are then both at least 0."""
+        alpha = min(self.alpha, self.alpha_loads) if self.budget_unit == "both" else self.alpha
+        return ucb <= math.log1p(alpha)
 
     def _afford(self, ctx: Context, group: str, level: float, level_var: float, ucb: float) -> bool:
         """Whether the group's slack pays the pessimistic cost of a configuration with this UCB here (with
@@ -1925,6 +1954,9 @@ class TailorPolicy(Policy):
         self._G += g_inc
         self._h += h_inc
         self._n += int(count.sum())
+        # the rows since the last plan take this plan's epoch: a level epoch's cells hold the page loads folded at
+        # its plans, from one plan period before its start to one before its end (with plans every 300 s and hour
+        # epochs, 1/12 of an hour's contrasts; the cells' own levels, ``cell_epoch``, start at the epoch itself)
         epoch = (int(self._now // self.level_epoch),) if self.level_epoch > 0 else ()
         if epoch:
             self._end_epochs(epoch[0])
@@ -2300,8 +2332,9 @@ class TailorPolicy(Policy):
         mean, charge = self._charged(mean, self._check_key(cell, group))
         ucb, ok, near = self._bounds(mean, sd)
         safe = guard = int(np.argmin(np.where(ok, ucb, np.inf)))
+        free = safe == self._base or self._free(float(mean[safe] + self.budget_z * sd[safe]))  # as select
         if loads <= 0.0 or self._times.get(group, (0, 0.0))[0] < 10:
-            return {safe if ucb[safe] <= 0.0 else self._base: 1.0}
+            return {safe if free else self._base: 1.0}
         slack, slack_n = self._slack.get(group, 0.0), self._slack_n.get(group, 0.0)
         promised = left.setdefault(group, [0.0, 0.0, 0.0, 0.0])
 
@@ -2316,7 +2349,7 @@ class TailorPolicy(Policy):
             return True
 
         share = self.explore_share
-        if ucb[safe] > 0.0 and not pay(1.0 - share, safe):  # the guard's choice costs budget: the budget holds first
+        if not free and not pay(1.0 - share, safe):  # the guard's choice costs budget: the budget holds first
             safe = self._base
         main = safe
         best = self._greedy(mean, sd, ok)
@@ -2326,7 +2359,7 @@ class TailorPolicy(Policy):
             main = exploit
         # the probe as ``select`` chooses it: around the guard's safe choice and measured against it (until
         # 2026-12-07 around the main choice, so a greedy main with a wider bound admitted probes select would not)
-        probe = self._probe_of(mean, sd, ucb, guard, near, best) if share > 0.0 else None
+        probe = self._probe_of(cell, mean, sd, ucb, guard, near, best) if share > 0.0 else None
         if probe == main:  # select would play it as a probe; the table already serves it
             probe = None
         if probe is not None and not self._worth(mean, sd, probe, best, group,

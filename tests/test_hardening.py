@@ -541,3 +541,67 @@ def test_the_edges_report_is_safe_while_ingest_adds_sources(tmp_path):
         t.join()
         mgr.close()
     assert errors == []
+
+
+def test_telemetry_beyond_the_admitted_requests_is_refused_before_its_body_is_read(tmp_path, monkeypatch):
+    """At most INGEST_PARALLEL + INGEST_WAITING telemetry requests are read or wait for a parse slot (each may hold a
+    16 MiB body); one more is answered 503 with Retry-After at once and counted. (Until 2026-12-07 every request's
+    body was read into memory while it waited; found by review.)"""
+    import tailor.manager.api as api
+
+    monkeypatch.setattr(api, "INGEST_PARALLEL", 1)
+    monkeypatch.setattr(api, "INGEST_WAITING", 0)
+    app = create_app(cfg(tmp_path))
+    mgr = app.state.manager
+    inside, release = threading.Event(), threading.Event()
+    ingest = mgr.ingest
+
+    def slow(body):
+        inside.set()
+        release.wait(20.0)
+        return ingest(body)
+
+    monkeypatch.setattr(mgr, "ingest", slow)
+    with TestClient(app) as c:
+        first: list = []
+        t = threading.Thread(target=lambda: first.append(
+            c.post("/v1/telemetry", content=batch([record(i) for i in range(10)]), headers=ED)))
+        t.start()
+        try:
+            assert inside.wait(20.0)
+            r = c.post("/v1/telemetry", content=batch([record(100)]), headers=ED)
+            assert r.status_code == 503 and r.headers["retry-after"] == "1" and "busy" in r.json()["error"]
+        finally:
+            release.set()
+            t.join(30.0)
+        assert first[0].status_code == 202
+        assert 'tailor_ingest_batches_total{result="busy"} 1.0' in c.get("/metrics").text
+        assert c.post("/v1/telemetry", content=batch([record(200)]), headers=ED).status_code == 202  # free again
+
+
+def test_a_signing_key_is_created_whole_and_a_concurrent_creators_key_wins(tmp_path, monkeypatch):
+    """``<data>/signing.key`` is written under a temporary name and linked into place: no partial key file, nothing
+    left behind, 0600; when another process linked its key first, that key is used. (Until 2026-12-07 the key was
+    written in place: a crash between creating and writing it left an empty file every later start refused.)"""
+    import tailor.manager.signing as signing
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    (tmp_path / "a").mkdir()
+    first = signing.Signer.for_data_dir(tmp_path / "a")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["signing.key", "signing.pub"]
+    assert ((tmp_path / "a" / "signing.key").stat().st_mode & 0o777) == 0o600
+    assert signing.Signer.for_data_dir(tmp_path / "a").key_id == first.key_id  # reused, not replaced
+    other = Ed25519PrivateKey.generate()
+    real_link = os.link
+
+    def racing_link(src, dst):  # another process links its key between our write and our link
+        Path(dst).write_bytes(other.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
+        return real_link(src, dst)
+
+    monkeypatch.setattr(signing.os, "link", racing_link)
+    (tmp_path / "b").mkdir()
+    won = signing.Signer.for_data_dir(tmp_path / "b")
+    assert won.key_id == signing.key_id(other.public_key())
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["signing.key", "signing.pub"]

@@ -640,7 +640,8 @@ class Shard:
                 doc = json.loads(value) if len(value) <= MAX_HEARTBEAT_BYTES else None
             except ValueError:
                 doc = None
-            if not isinstance(doc, dict):
+            if not isinstance(doc, dict) or not isinstance(doc.get("partitions", []), list):
+                # (a "partitions" that is no list raised in rebalance and stopped the shard until 2026-12-07)
                 self.heartbeats_ignored += 1
                 doc = {}
             out[k[len("alive."):]] = doc

@@ -44,6 +44,10 @@ from tailor.table import loads_strict
 
 MAX_AUDIT_REASON = 1000  # characters of an operator's reason stored in the audit log
 INGEST_PARALLEL = 2  # telemetry bodies parsed at once (each waits its turn; found by review, 2026-12-07)
+# telemetry requests read or waiting for a parse slot beyond those: more are answered 503 with Retry-After before
+# their body is read, and counted (tailor_ingest_batches_total{result="busy"}); each holds up to --max-body-bytes,
+# so at most (INGEST_PARALLEL + INGEST_WAITING) bodies are in memory (until 2026-12-07 any number; found by review)
+INGEST_WAITING = 8
 
 WRITER_PERIOD_S = 0.1
 
@@ -169,6 +173,7 @@ def _etag_matches(header: str | None, etag: str) -> bool:
 
 def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
     parsing = asyncio.Semaphore(INGEST_PARALLEL)
+    admitted = 0  # telemetry requests between admission and their answer (one event loop: no lock)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -181,11 +186,21 @@ def _routes(app: FastAPI, mgr: Manager, cfg: ManagerConfig) -> None:
 
     @app.post("/v1/telemetry")
     async def telemetry(request: Request):
+        nonlocal admitted
         _authorize(request, cfg, "edge")
         _check_post(request, cfg)
-        body = await _read_body(request, cfg.max_body_bytes)
-        async with parsing:  # at most INGEST_PARALLEL bodies parsed at once: a 16 MiB body of empty objects takes
-            result = await run_in_threadpool(mgr.ingest, body)  # 400 MB to parse (eight at once took 1.4 GB)
+        if admitted >= INGEST_PARALLEL + INGEST_WAITING:
+            mgr.metrics.batches.labels("busy").inc()
+            return JSONResponse({"error": f"busy: {admitted} telemetry batches in progress (at most "
+                                          f"{INGEST_PARALLEL + INGEST_WAITING}); not stored, send it again"},
+                                status_code=503, headers={"Retry-After": "1"})
+        admitted += 1
+        try:
+            body = await _read_body(request, cfg.max_body_bytes)
+            async with parsing:  # at most INGEST_PARALLEL bodies parsed at once: a 16 MiB body of empty objects
+                result = await run_in_threadpool(mgr.ingest, body)  # takes 400 MB to parse (eight at once 1.4 GB)
+        finally:
+            admitted -= 1
         headers = {"Retry-After": "1"} if result.status == 503 else None
         return JSONResponse(result.body(), status_code=result.status, headers=headers)
 

@@ -64,11 +64,20 @@ class Signer:
             if not key_path.exists():
                 pem = Ed25519PrivateKey.generate().private_bytes(
                     serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-                fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(pem)
-                    f.flush()
-                    os.fsync(f.fileno())
+                # written whole under a temporary name, then linked into place (fails if another process made one
+                # first): a crash leaves no empty signing.key that every later start refuses (until 2026-12-07)
+                tmp = key_path.with_name(f".signing.key.{os.getpid()}.tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(pem)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.link(tmp, key_path)
+                except FileExistsError:
+                    pass  # another process's key won: use it
+                finally:
+                    tmp.unlink(missing_ok=True)
             signer = cls.load(key_path)
         pub = Path(data_dir) / "signing.pub"
         if not pub.exists() or pub.read_bytes() != public_pem(signer.public):

@@ -283,3 +283,8 @@ def save_atomic(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    dfd = os.open(path.parent, os.O_RDONLY)  # the rename itself durable (a crash after it keeps the new file)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)

@@ -83,6 +83,18 @@ def test_deploy_manager_toml_is_valid_and_names_every_flag():
     assert set(_flags()) - named == set(), "flags missing from deploy/manager.toml (set or commented)"
 
 
+def test_units_with_a_dynamic_user_read_nothing_under_etc_tailor_themselves():
+    """docs/deploy.md makes /etc/tailor root's (0700): a unit run as a dynamic user gets its files only through
+    systemd (EnvironmentFile=, LoadCredential= at %d), never as a path on its command line. (Until 2026-12-07 the
+    manager's --config and the edge's --table-pubkey named /etc/tailor files; found by review.)"""
+    for unit in ("tailor-manager.service", "tailor-edge.service"):
+        svc = read_unit(DEPLOY / unit)["Service"]
+        assert svc["DynamicUser"] == ["yes"], unit
+        (line,) = svc["ExecStart"]
+        assert "/etc/tailor" not in line, (unit, line)
+        assert all(spec.split(":", 1)[1].startswith("/etc/tailor/") for spec in svc["LoadCredential"]), unit
+
+
 @pytest.mark.parametrize("body, key, reason", [
     ("holdback = \"x\"\n", "holdback", "must be a number"),
     ("update_freq = 3\n", "update_freq", "did you mean 'update-freq'"),

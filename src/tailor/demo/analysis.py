@@ -6,8 +6,8 @@ time (``time - duration_ms``) must fall in the window where the fetch's can be: 
 + time_connect + one-way delay`` (widened by ``START_TOL_S``; process start and wake-up delays on a loaded
 machine make the window wide, not wrong); the record's duration must be near the fetch's
 ``time_total - time_connect + RTT`` (the server counts from ESTABLISHED to the end of the close). Cost =
-distance to the window + half the duration mismatch; pairs taken greedily by cost, each record and fetch
-at most once. Unmatched fetches are counted, not guessed.
+half the duration mismatch + a tenth of the distance from the window's midpoint (both in s); pairs taken greedily
+by cost, each record and fetch at most once. Unmatched fetches are counted, not guessed.
 
 Completion time = curl ``time_total`` (ms). Per group, "after learning" = fetches that started in the last
 ``measure_share`` of the workload time. p50/p95 CIs: percentile bootstrap (``B`` resamples, seeded).

@@ -46,7 +46,15 @@ SPACE = "transport"
 # 6 configurations: {cubic, bbr} x IW {10, 32, 64}; RTO min and SYN RTO stay at their defaults.
 ALLOWED = "tcp.congestion_control!=reno,tcp.initial_cwnd>=10,tcp.initial_cwnd!=16,tcp.rto_min_ms==200,tcp.syn_rto_ms==1000"
 CHROMIUM = "/usr/bin/chromium"
-CGROUP_ROOT = "/sys/fs/cgroup/unified"
+
+
+def _cgroup_root() -> str:
+    """The cgroup v2 mount: /sys/fs/cgroup/unified on a hybrid host, /sys/fs/cgroup on a unified one (the agent is
+    told which; until 2026-12-07 the demo assumed the hybrid layout and aborted on a unified host)."""
+    for root in ("/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        if Path(root, "cgroup.controllers").exists():
+            return root
+    raise DemoError("no cgroup v2 mount at /sys/fs/cgroup/unified or /sys/fs/cgroup (tailor-agent needs one)")
 
 
 def run(args) -> int:
@@ -172,17 +180,23 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     _log(f"manager up at {murl}")
 
     # agent + edge (the edge starts inside the agent's cgroup, then enters the server namespace)
-    agent = world.spawn("agent", [bins["tailor-agent"], "run", "--table", murl + "/v1/table",
+    cgroup_root = _cgroup_root()
+    # the agent's environment holds its edge token only: it and the edge it starts (which listens on the network)
+    # inherit none of the manager's credentials (until 2026-12-07 both got the operator token; found by review)
+    agent = world.spawn("agent", [bins["tailor-agent"], "run", "--cgroup-root", cgroup_root,
+                          "--table", murl + "/v1/table",
                           "--telemetry-url", murl + "/v1/telemetry", "--poll", "1s", "--source", "demo-agent",
                           "--full-address",
                           "--table-pubkey", str(out / "manager" / "signing.pub"),
                           "--", "ip", "netns", "exec", srv, bins["tailor-edge"], "--listen", f"0.0.0.0:{PORT}",
-                          "--root", str(www), "--self-signed", "--apply-socket=false"], {**env, "TAILOR_TOKEN": edge_token})
-    world.cgroups.append(Path(CGROUP_ROOT) / f"tailor-agent-{agent.popen.pid}")  # the agent's default cgroup
+                          "--root", str(www), "--self-signed", "--apply-socket=false"], {"TAILOR_TOKEN": edge_token},
+                        without=("TAILOR_OPERATOR_TOKEN", "TAILOR_EDGE_TOKENS"))
+    world.cgroups.append(Path(cgroup_root) / f"tailor-agent-{agent.popen.pid}")  # the agent's default cgroup
     for link in links:  # the edge answers through every link
         _wait_fetch(link, world)
     warm = time.time()  # the first cycle loads the policy's libraries: do it before the clock runs
-    r = httpx.post(murl + "/v1/cycle", headers=auth, timeout=300)
+    # trust_env=False here and below: the operator token never goes to an HTTP(S)_PROXY from the environment
+    r = httpx.post(murl + "/v1/cycle", headers=auth, timeout=300, trust_env=False)
     if r.status_code != 200:
         raise DemoError(f"warm-up POST /v1/cycle answered {r.status_code}: {r.text[:300]}")
     _log(f"warm-up update cycle took {time.time() - warm:.1f} s; edge reachable from every client namespace; "
@@ -196,7 +210,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
         wl.start(link["name"], link["ns"], link["url"], link["workers"], link["max_time_s"], OBJECT_BYTES, deadline,
                  tuple(link["client_ips"]))
     rounds = []
-    client = httpx.Client(timeout=120, headers=auth)
+    client = httpx.Client(timeout=120, headers=auth, trust_env=False)
     try:
         while time.time() < deadline:
             time.sleep(max(0.0, min(round_s, deadline - time.time())))
@@ -216,7 +230,7 @@ def _run(world: World, args, groups: list[GroupSpec], duration: float, round_s: 
     dashboard = client.get(murl + "/")
     if dashboard.status_code == 200:
         (out / "dashboard.html").write_text(dashboard.text)
-    shot = _screenshot(murl, token, out, world.workdir)
+    shot = _screenshot(out, world.workdir)
     client.close()
     for p in world.procs:  # agent (and its edge), then the manager: graceful, so telemetry and state are flushed
         if p.name == "agent":
@@ -302,7 +316,7 @@ def _wait_http(url: str, timeout_s: float, world: World) -> None:
     while time.monotonic() < end:
         world.check_alive()
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -357,22 +371,43 @@ def _knob_summary(knobs: dict, is_default: bool) -> str:
     return f"{cc} iw{iw}" + (f" {rest}" if rest else "")
 
 
-def _screenshot(murl: str, token: str, out: Path, work: Path) -> Path | None:
-    if not Path(CHROMIUM).exists():
-        _log("no /usr/bin/chromium: dashboard screenshot skipped")
+def _screenshot(out: Path, work: Path) -> Path | None:
+    """The saved dashboard (it needs no other request) rendered by headless Chromium. From the file, not the
+    manager: until 2026-12-07 its URL carried the operator token, readable in ``ps`` by any local user while the
+    browser ran (found by review). Chromium runs in its own session, killed as a group on timeout; its profile
+    is removed either way."""
+    page = out / "dashboard.html"
+    if not Path(CHROMIUM).exists() or not page.exists():
+        _log("no /usr/bin/chromium or no saved dashboard: dashboard screenshot skipped")
         return None
-    shot = out / "dashboard.png"
+    shot, profile = out / "dashboard.png", work / "chromium-profile"
     cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-quic",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={work / 'chromium-profile'}", f"--screenshot={shot}", "--window-size=1400,2200",
-           murl.replace("http://", f"http://operator:{token}@", 1) + "/"]  # the dashboard needs the operator
+           f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1400,2200", page.resolve().as_uri()]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
     try:
-        subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+        proc.wait(timeout=90)
     except subprocess.TimeoutExpired:
         _log("chromium timed out; no screenshot")
         return None
-    shutil.rmtree(work / "chromium-profile", ignore_errors=True)
+    finally:
+        if proc.poll() is None or _group_alive(proc.pid):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the browser's helper processes too
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+        shutil.rmtree(profile, ignore_errors=True)
     return shot if shot.exists() and shot.stat().st_size > 0 else None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _decision_audit(db: Path) -> dict:

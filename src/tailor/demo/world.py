@@ -79,13 +79,15 @@ class World:
             subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw", key], capture_output=True, timeout=10)
         return name
 
-    def spawn(self, name: str, cmd: list[str], env: dict | None = None) -> Proc:
-        """Start ``cmd`` in its own session (so it and its children are stopped as a group), log to a file."""
+    def spawn(self, name: str, cmd: list[str], env: dict | None = None, without: tuple[str, ...] = ()) -> Proc:
+        """Start ``cmd`` in its own session (so it and its children are stopped as a group), log to a file; its
+        environment is this process's without the variables ``without`` names, plus ``env``."""
         log = self.workdir / f"{name}.log"
         fh = open(log, "ab")
+        base = {k: v for k, v in os.environ.items() if k not in without}
         try:
             popen = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, env={**os.environ, **(env or {})})
+                                     start_new_session=True, env={**base, **(env or {})})
         finally:
             fh.close()
         proc = Proc(name, popen, log)
@@ -136,7 +138,10 @@ class World:
             if cg.exists():
                 try:
                     for pid in (cg / "cgroup.procs").read_text().split():
-                        os.kill(int(pid), signal.SIGKILL)  # our edge, started inside it
+                        try:
+                            os.kill(int(pid), signal.SIGKILL)  # our edge, started inside it
+                        except ProcessLookupError:  # it ended since the read: the others still go, the cgroup too
+                            pass
                     time.sleep(0.2)
                     cg.rmdir()
                 except OSError as err:

@@ -600,7 +600,7 @@ def test_a_signing_key_is_created_whole_and_a_concurrent_creators_key_wins(tmp_p
                                                   serialization.NoEncryption()))
         return real_link(src, dst)
 
-    monkeypatch.setattr(signing.os, "link", racing_link)
+    monkeypatch.setattr(os, "link", racing_link)  # save_atomic links the key into place
     (tmp_path / "b").mkdir()
     won = signing.Signer.for_data_dir(tmp_path / "b")
     assert won.key_id == signing.key_id(other.public_key())

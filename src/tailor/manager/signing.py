@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -23,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from tailor.errors import ParameterError
+from tailor.manager.store import save_atomic
 
 SIGNATURE_HEADER, KEY_ID_HEADER = "X-Tailor-Signature", "X-Tailor-Key-Id"
 
@@ -66,18 +66,10 @@ class Signer:
                     serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
                 # written whole under a temporary name, then linked into place (fails if another process made one
                 # first): a crash leaves no empty signing.key that every later start refuses (until 2026-12-07)
-                tmp = key_path.with_name(f".signing.key.{os.getpid()}.tmp")
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(pem)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    os.link(tmp, key_path)
+                    save_atomic(key_path, pem, exclusive=True)
                 except FileExistsError:
                     pass  # another process's key won: use it
-                finally:
-                    tmp.unlink(missing_ok=True)
             signer = cls.load(key_path)
         pub = Path(data_dir) / "signing.pub"
         if not pub.exists() or pub.read_bytes() != public_pem(signer.public):

@@ -270,15 +270,20 @@ def _column(values: list, typ: pa.DataType) -> pa.Array:
         return pa.array([None if v is None else int(v) for v in values], typ)
 
 
-def save_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old or the new content."""
+def save_atomic(path: Path, data: bytes, exclusive: bool = False) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old or the new content (the file mode 0600).
+    ``exclusive``: only where ``path`` does not exist yet (linked into place; FileExistsError if it does)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)
+            os.unlink(tmp)
+        else:
+            os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

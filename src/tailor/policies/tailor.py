@@ -1224,8 +1224,8 @@ class TailorPolicy(Policy):
         # free only where its outcome cannot lower the slack: its budget bound (budget_z sd, as observe charges it)
         # within alpha of the baseline. Until 2026-12-07 a 1-sd bound at or below the baseline's made it free, and
         # observe's 3-sd charge could then take the slack below 0 with no check (found by review)
-        if self._free(mean[safe] + self.budget_z * sd[safe]) \
-                or self._afford(ctx, group, level, level_var, mean[safe] + self.budget_z * sd[safe]):
+        bound = float(mean[safe] + self.budget_z * sd[safe])
+        if self._free(bound) or self._afford(ctx, group, level, level_var, bound):
             return self._audited(ctx, group, Decision(safe, 1.0, gid, arm))
         return Decision(default, 1.0, gid, "default")  # the budget holds first
 

@@ -16,7 +16,9 @@ import pytest
 
 from tailor.demo import analysis
 from tailor.demo.binaries import ROOT
-from tailor.demo.world import leftovers, pid_alive
+from tailor.demo import world as demo_world
+from tailor.demo.binaries import DemoError
+from tailor.demo.world import World, leftovers, pid_alive
 
 
 def _fetch(group, t_start, total, connect=0.1, prefix="10.240.1.0/24"):
@@ -180,3 +182,44 @@ def test_demo_interrupted_cleans_up(tmp_path):
     assert json.loads((out / "cleanup.json").read_text()) == {"namespaces_left": [], "processes_left": [],
                                                                "cgroups_left": [], "problems": []}
     assert not (out / "report.json").exists()
+
+
+# -- the commands the demo runs in its namespaces are checked
+NO_SUCH_KEY = "net.ipv4.tailor_no_such_key"
+
+
+def test_a_setting_the_kernel_refuses_is_one_error_naming_namespace_setting_and_stderr(monkeypatch):
+    """World.netns's sysctls go through world.sysctl: a refused one (here a key the kernel does not have) stops the demo
+    with one error naming the namespace, the setting and sysctl's stderr; so does a program that is missing. (Until
+    2026-12-08 their exit codes were ignored; found by review.) Unit level: the real sysctl, run in this process's own
+    namespace (no root needed: the write fails before anything is set)."""
+    monkeypatch.setattr(demo_world, "in_netns", lambda ns: [])
+    with pytest.raises(DemoError) as err:
+        demo_world.sysctl("tdm-unit-srv", NO_SUCH_KEY, "1")
+    msg = str(err.value)
+    print(msg)
+    assert "namespace tdm-unit-srv" in msg and f"{NO_SUCH_KEY}=1" in msg
+    assert "cannot stat" in msg or "No such file" in msg, msg  # sysctl's own stderr
+    with pytest.raises(DemoError, match="namespace tdm-unit-srv: probing: `tailor-no-such-program-x` failed"):
+        demo_world.ns_run("tdm-unit-srv", "probing", "tailor-no-such-program-x")
+
+
+@pytest.mark.privileged
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a network namespace needs root")
+def test_namespace_sysctls_are_set_and_checked_in_a_real_namespace(tmp_path):
+    """In a real namespace: World.netns sets and reads back every sysctl of NETNS_SYSCTLS; a key the namespace's
+    kernel refuses raises naming namespace and setting; close() removes the namespace."""
+    w = World(prefix=f"tdmt{os.getpid()}-", workdir=tmp_path)
+    try:
+        ns = w.netns("srv")
+        for key, value in demo_world.NETNS_SYSCTLS:
+            if key.startswith("net.ipv6.") and not Path("/proc/sys/net/ipv6").exists():
+                continue
+            got = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n", key], capture_output=True, text=True,
+                                 timeout=10)
+            assert (got.returncode, got.stdout.strip()) == (0, value), (key, got.stderr)
+        with pytest.raises(DemoError, match=f"namespace {ns}: setting {NO_SUCH_KEY}=1: .*(cannot stat|No such file)"):
+            demo_world.sysctl(ns, NO_SUCH_KEY, "1")
+    finally:
+        problems = w.close()
+    assert problems == [] and leftovers(w.prefix) == []

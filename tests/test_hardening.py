@@ -19,7 +19,10 @@ import ipaddress
 import json
 import os
 import random
+import re
+import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,7 +40,8 @@ from tailor.manager.publish import enforce_budget
 from tailor.manager.service import Manager
 from tailor.manager.signing import Signer, load_public_keys, public_pem, verify
 from tailor.manager.store import Store
-from tailor.manager.testing import free_port
+from tailor.errors import ParameterError
+from tailor.manager.testing import LiveServer, free_port
 from tailor.space import ConfigSpace
 
 TOKEN, EDGE = "operator-token-xyz", "edge-token-abc"
@@ -73,11 +77,11 @@ def stored_ids(data: Path) -> set[int]:
 
 
 # -- durable acknowledgement
-def _manager_proc(data: Path, port: int, log: Path) -> subprocess.Popen:
+def _manager_proc(data: Path, port: int, log: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TAILOR_OPERATOR_TOKEN": TOKEN, "TAILOR_EDGE_TOKENS": EDGE}
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "tailor", "manager", "--listen", f"127.0.0.1:{port}", "--data",
-                                 str(data), "--update-freq", "0"], stdout=out, stderr=subprocess.STDOUT,
+                                 str(data), "--update-freq", "0", *extra], stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)
 
 
@@ -605,3 +609,186 @@ def test_a_signing_key_is_created_whole_and_a_concurrent_creators_key_wins(tmp_p
     won = signing.Signer.for_data_dir(tmp_path / "b")
     assert won.key_id == signing.key_id(other.public_key())
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["signing.key", "signing.pub"]
+
+
+# -- slow clients: the HTTP server's connection cap and header/body deadlines (tailor.manager.httpserver)
+HEADER_S, BODY_S, MAX_CONN = 1.0, 1.5, 6  # short deadlines through the manager's own flags
+MARGIN_S = 1.5  # a slow socket must be closed by its deadline plus this
+
+
+@pytest.fixture(scope="module")
+def slow_manager(tmp_path_factory):
+    """One real ``tailor manager`` process (as the kill -9 test starts it) with short deadlines and a small cap."""
+    tmp = tmp_path_factory.mktemp("slow")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = _manager_proc(tmp / "data", port, tmp / "manager.log", "--header-timeout", str(HEADER_S),
+                         "--body-timeout", str(BODY_S), "--max-connections", str(MAX_CONN))
+    try:
+        _wait_up(url, proc)
+        yield port, url, tmp / "manager.log"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def _refused(url: str, reason: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=5).text
+    pattern = r'^tailor_http_refused_connections_total\{reason="' + re.escape(reason) + r'"\} (\S+)$'
+    m = re.search(pattern, text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def _trickle_until_closed(socks: list[socket.socket], pattern: bytes, t0: float, limit_s: float,
+                          every_s: float = 0.2) -> list[tuple[float | None, bytes]]:
+    """Send each socket one byte of ``pattern`` (cycled) every ``every_s`` until the server closes it or ``limit_s``
+    after ``t0``; per socket (seconds from t0 to its close or None, what the server sent)."""
+    out: list[list] = [[None, b""] for _ in socks]
+    for k in range(int(limit_s / every_s) + 2):  # bounded in count and in time
+        open_ = [i for i, o in enumerate(out) if o[0] is None]
+        if not open_ or time.monotonic() - t0 > limit_s:
+            break
+        for i in open_:
+            try:
+                socks[i].send(pattern[k % len(pattern):k % len(pattern) + 1])
+            except OSError:  # reset or broken pipe: closed by the server
+                out[i][0] = time.monotonic() - t0
+        wait_end = time.monotonic() + every_s
+        while (left := wait_end - time.monotonic()) > 0:
+            readable, _, _ = select.select([socks[i] for i, o in enumerate(out) if o[0] is None], [], [], left)
+            if not readable:
+                break
+            for s in readable:
+                i = socks.index(s)
+                try:
+                    data = s.recv(4096)
+                except OSError:
+                    data = b""
+                out[i][1] += data
+                if not data:
+                    out[i][0] = time.monotonic() - t0
+    return [(o[0], o[1]) for o in out]
+
+
+def test_slow_request_headers_are_cut_off_at_the_deadline_while_others_are_served(slow_manager):
+    """Slowloris: connections sending a request's headers one byte at a time are answered 408 and closed at
+    --header-timeout (counted), while a well-behaved client is served meanwhile. (Until 2026-12-08 uvicorn had no
+    header timeout and they kept their sockets for good; found by review.)"""
+    port, url, log = slow_manager
+    before = _refused(url, "header_timeout")
+    t0 = time.monotonic()
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(3)]
+    try:
+        for s in socks[:2]:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: manager\r\n")  # the third sends nothing but single bytes
+        with httpx.Client(timeout=5) as c:  # served while the slow ones hold their connections
+            assert c.get(url + "/healthz").status_code == 200
+            assert c.get(url + "/v1/table", headers=ED).status_code == 200
+        got = _trickle_until_closed(socks, b"X-Slow: 1\r\n", t0, HEADER_S + MARGIN_S + 1.0)
+    finally:
+        for s in socks:
+            s.close()
+    print("slow headers (closed after s, reply):", [(None if t is None else round(t, 2), d[:30]) for t, d in got])
+    for t, data in got:
+        assert t is not None and t <= HEADER_S + MARGIN_S, f"a slow header sender still connected after {HEADER_S + MARGIN_S} s"
+        assert t >= 0.8 * HEADER_S and data.startswith(b"HTTP/1.1 408 "), (t, data)
+    assert _refused(url, "header_timeout") - before >= 3
+    assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+
+
+def test_a_trickled_request_body_is_cut_off_at_the_deadline(slow_manager):
+    """A client announcing a Content-Length and then trickling the body is answered 408 and closed at --body-timeout
+    (counted); a well-behaved edge's batch is stored meanwhile; the cut-off leaves no error in the log."""
+    port, url, log = slow_manager
+    before = _refused(url, "body_timeout")
+    head = (f"POST /v1/telemetry HTTP/1.1\r\nHost: manager\r\nAuthorization: Bearer {EDGE}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n").encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    try:
+        s.sendall(head)
+        t0 = time.monotonic()
+        with httpx.Client(timeout=5) as c:
+            assert c.post(url + "/v1/telemetry", content=batch([record(7)]), headers=ED).status_code == 202
+        ((t, data),) = _trickle_until_closed([s], batch([record(i) for i in range(300)]), t0,
+                                             BODY_S + MARGIN_S + 1.0)
+    finally:
+        s.close()
+    print("trickled body (closed after s, reply):", None if t is None else round(t, 2), data[:40])
+    assert t is not None and t <= BODY_S + MARGIN_S, f"a trickling body still connected after {BODY_S + MARGIN_S} s"
+    assert t >= 0.8 * BODY_S and data.startswith(b"HTTP/1.1 408 "), (t, data)
+    assert _refused(url, "body_timeout") - before >= 1
+    time.sleep(0.3)  # the handler sees the disconnect: answered quietly, not an unhandled error with a traceback
+    text = log.read_text(errors="replace")
+    assert "unhandled error" not in text and "Exception in ASGI application" not in text, text[-3000:]
+
+
+def test_connections_beyond_the_cap_are_closed_at_accept_and_counted(slow_manager):
+    """--max-connections edges long-polling the table (no deadline runs while the app answers) fill the server; one
+    more connection is closed at once, before anything is read, and counted; once they leave, clients are served."""
+    port, url, _ = slow_manager
+    before = _refused(url, "connections")
+    version = httpx.get(url + "/v1/table", headers=ED, timeout=5).headers["x-tailor-table-version"]
+    poll = (f"GET /v1/table?wait=4&version={version} HTTP/1.1\r\nHost: manager\r\n"
+            f"Authorization: Bearer {EDGE}\r\n\r\n").encode()
+    held = []
+    refused_after = None
+    try:
+        for _ in range(MAX_CONN):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(poll)
+            held.append(s)
+        for _ in range(20):  # bounded: a probe the server kept is closed again and the next one tried
+            probe = socket.create_connection(("127.0.0.1", port), timeout=5)
+            t = time.monotonic()
+            try:
+                readable, _, _ = select.select([probe], [], [], 1.0)
+                if readable:
+                    try:
+                        closed = probe.recv(100) == b""
+                    except ConnectionResetError:
+                        closed = True
+                    if closed:
+                        refused_after = time.monotonic() - t
+                        break
+            finally:
+                probe.close()
+            time.sleep(0.1)
+        quiet = select.select(held, [], [], 0)[0] == []  # the long-polls are still being answered, not cut off
+    finally:
+        for s in held:
+            s.close()
+    print(f"connection beyond {MAX_CONN} closed after", refused_after, "s")
+    assert refused_after is not None and refused_after < 0.5, f"{MAX_CONN} + 1 connections all kept open"
+    assert quiet, "a held connection was answered or closed"
+    end = time.monotonic() + 5  # the server sees the held ones close, then serves again
+    while True:
+        try:
+            assert httpx.get(url + "/healthz", timeout=2).status_code == 200
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < end, "not served again after the held connections closed"
+            time.sleep(0.1)
+    assert _refused(url, "connections") - before >= 1
+
+
+def test_the_test_server_has_the_same_bounds(tmp_path):
+    """tailor.manager.testing.LiveServer runs with the real server's settings (one function); bad bounds are refused."""
+    for bad in ({"header_timeout_s": 0}, {"body_timeout_s": float("inf")}, {"max_connections": 0}):
+        with pytest.raises(ParameterError, match=next(iter(bad))):
+            cfg(tmp_path, **bad)
+    app = create_app(cfg(tmp_path, header_timeout_s=0.5))
+    with LiveServer(app) as url:
+        s = socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=5)
+        try:
+            ((t, data),) = _trickle_until_closed([s], b"GET / HTTP/1.1\r\n", time.monotonic(), 0.5 + MARGIN_S + 1.0)
+        finally:
+            s.close()
+        assert t is not None and t <= 0.5 + MARGIN_S and data.startswith(b"HTTP/1.1 408 "), (t, data)
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=0.5 + MARGIN_S) as idle:
+            assert idle.recv(100) == b""  # a connection that sends nothing is closed at the deadline without a word
+        assert 'tailor_http_refused_connections_total{reason="header_timeout"} 2.0' in httpx.get(url + "/metrics").text

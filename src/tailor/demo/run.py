@@ -304,7 +304,7 @@ def _wait_devices(srv: str, n: int, world: World, timeout_s: float = 20.0) -> No
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         world.check_alive()
-        res = subprocess.run(["ip", "-n", srv, "-o", "addr", "show"], capture_output=True, text=True)
+        res = ip("-n", srv, "-o", "addr", "show")  # checked: a namespace gone is its error, not a 20 s wait
         if sum(1 for line in res.stdout.splitlines() if " tds" in line and "inet " in line) >= n:
             return
         time.sleep(0.2)

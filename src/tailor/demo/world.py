@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +22,55 @@ from tailor.demo.binaries import DemoError
 NS_DIR = Path("/run/netns")
 
 
+# sysctls of every namespace the demo creates (each set, then read back; a refused one stops the demo)
+NETNS_SYSCTLS = (("net.ipv6.conf.all.disable_ipv6", "1"), ("net.ipv6.conf.default.disable_ipv6", "1"),
+                 ("net.ipv4.tcp_no_metrics_save", "1"))  # no cached ssthresh/RTT leaks between connections
+
+
+def _run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """``cmd``'s result; a timeout or a missing program is a result too (returncode -1, the reason in stderr)."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, -1, "", f"no answer within {timeout_s:g} s")
+    except OSError as err:
+        return subprocess.CompletedProcess(cmd, -1, "", str(err))
+
+
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    res = _run(["ip", *args], 30)
     if check and res.returncode != 0:
-        raise DemoError(f"`ip {' '.join(args)}` failed: {res.stderr.strip()[-300:]}")
+        raise DemoError(f"`ip {' '.join(args)}` failed (exit {res.returncode}): {res.stderr.strip()[-300:]}")
     return res
+
+
+def in_netns(ns: str) -> list[str]:
+    """The prefix running a command inside network namespace ``ns``."""
+    return ["ip", "netns", "exec", ns]
+
+
+def ns_run(ns: str, what: str, *cmd: str, timeout_s: float = 10.0) -> subprocess.CompletedProcess:
+    """``cmd`` run inside namespace ``ns``, checked: a non-zero exit, a timeout or a missing program is one
+    :class:`DemoError` naming the namespace, ``what`` the command was for, and its stderr. (Until 2026-12-08 the
+    demo ignored its namespaces' sysctl exit codes: a refused setting gave a demo measuring something else.)"""
+    res = _run([*in_netns(ns), *cmd], timeout_s)
+    if res.returncode != 0:
+        err = res.stderr.strip()[-300:] or "(no stderr)"
+        raise DemoError(f"namespace {ns}: {what}: `{' '.join(cmd)}` failed (exit {res.returncode}): {err}")
+    return res
+
+
+def sysctl(ns: str, key: str, value: str) -> None:
+    """Set sysctl ``key`` to ``value`` in namespace ``ns`` and read it back (a kernel may take a write and keep
+    another value); either failing is one DemoError naming the namespace, the setting and sysctl's stderr."""
+    ns_run(ns, f"setting {key}={value}", "sysctl", "-q", "-w", f"{key}={value}")
+    got = ns_run(ns, f"reading {key} back", "sysctl", "-n", key).stdout.strip()
+    if got.split() != value.split():
+        raise DemoError(f"namespace {ns}: setting {key}={value}: the kernel kept {got!r}")
+
+
+def _warn(msg: str) -> None:
+    print(f"tailor demo: cleanup: {msg}", file=sys.stderr, flush=True)
 
 
 def leftovers(prefix: str) -> list[str]:
@@ -74,9 +119,10 @@ class World:
         ip("netns", "add", name)
         self.namespaces.append(name)
         ip("-n", name, "link", "set", "lo", "up")
-        for key in ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
-                    "net.ipv4.tcp_no_metrics_save=1"):  # no cached ssthresh/RTT leaks between connections
-            subprocess.run(["ip", "netns", "exec", name, "sysctl", "-qw", key], capture_output=True, timeout=10)
+        for key, value in NETNS_SYSCTLS:
+            if key.startswith("net.ipv6.") and not Path("/proc/sys/net/ipv6").exists():
+                continue  # a kernel without IPv6 (ipv6.disable=1): what disable_ipv6 is for holds already
+            sysctl(name, key, value)
         return name
 
     def spawn(self, name: str, cmd: list[str], env: dict | None = None, without: tuple[str, ...] = ()) -> Proc:
@@ -146,17 +192,21 @@ class World:
                     cg.rmdir()
                 except OSError as err:
                     problems.append(f"cgroup {cg}: {err}")
-        for ns in reversed(self.namespaces):
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            for pid in pids:  # processes we started inside our own namespace (curl leftovers)
+        for ns in reversed(self.namespaces):  # best effort: every namespace is tried; failures logged, reported
+            res = ip("netns", "pids", ns, check=False)
+            if res.returncode != 0:
+                _warn(f"`ip netns pids {ns}` failed (exit {res.returncode}): {res.stderr.strip()[-300:]}")
+            for pid in res.stdout.split():  # processes we started inside our own namespace (curl leftovers)
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                 except (ProcessLookupError, ValueError):
                     pass
             for _ in range(50):
-                if ip("netns", "delete", ns, check=False).returncode == 0 or not (NS_DIR / ns).exists():
+                res = ip("netns", "delete", ns, check=False)
+                if res.returncode == 0 or not (NS_DIR / ns).exists():
                     break
                 time.sleep(0.1)
             else:
-                problems.append(f"namespace {ns} could not be deleted")
+                _warn(f"`ip netns delete {ns}` failed (exit {res.returncode}): {res.stderr.strip()[-300:]}")
+                problems.append(f"namespace {ns} could not be deleted: {res.stderr.strip()[-200:]}")
         return problems

@@ -33,6 +33,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.requests import ClientDisconnect
 
 from tailor.errors import TableError
 from tailor.manager.config import ManagerConfig
@@ -156,11 +157,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if int(length) > limit:
             raise HTTPException(413, f"body larger than {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"body larger than {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise HTTPException(413, f"body larger than {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone, or cut off at --body-timeout (counted there): an answer nobody reads, no
+        raise HTTPException(400, "client disconnected before the end of its body") from None  # traceback per client
     return b"".join(chunks)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,11 @@ class ManagerConfig:
     queue_records: int = 500_000  # bounded in-memory ingest queue (records); overflow is dropped and counted
     max_wait_s: float = 60.0  # cap of the long-poll ?wait=
     ack_timeout_s: float = 10.0  # a telemetry reply waits this long for its batch to be durable, else 503
+    # the HTTP server's bounds (tailor.manager.httpserver): open connections (one more is closed at accept), and the
+    # time a client has for a request's headers (from accept or the previous response) and for its body (408, closed)
+    max_connections: int = 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
     valid_for_s: float = 3600.0
     policy_params: tuple[tuple[str, Any], ...] = ()  # extra policy parameters, e.g. (("epsilon", 0.3),)
     # publish a learned table only when its off-policy estimate (SNIPS over the telemetry of the last ope_window_s
@@ -68,6 +74,11 @@ class ManagerConfig:
               "cohort_salt", "32 lower-case hex digits", self.cohort_salt)
         check(1 <= self.max_rules <= 1_000_000, own, "max_rules", "in [1, 1000000]", self.max_rules)
         check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)
+        check(self.max_connections >= 1, own, "max_connections", ">= 1", self.max_connections)
+        check(math.isfinite(self.header_timeout_s) and self.header_timeout_s > 0, own, "header_timeout_s",
+              "a finite number > 0", self.header_timeout_s)
+        check(math.isfinite(self.body_timeout_s) and self.body_timeout_s > 0, own, "body_timeout_s",
+              "a finite number > 0", self.body_timeout_s)
         check(self.ope_window_s > 0, own, "ope_window_s", "> 0", self.ope_window_s)
         check(self.ope_tolerance >= 0, own, "ope_tolerance", ">= 0", self.ope_tolerance)
         check(0 <= self.ope_max_unsupported < 1, own, "ope_max_unsupported", "in [0, 1)", self.ope_max_unsupported)

@@ -34,6 +34,12 @@ class Metrics:
         self.window_improvement = Gauge("tailor_improvement_vs_holdback_window",
                                         "1 - treated/holdback geometric-mean completion time (last cycle)", registry=r)
         self.rollbacks = Counter("tailor_rollbacks", "group configurations rolled back", registry=r)
+        # the HTTP server's own bounds (tailor.manager.httpserver): --max-connections, --header-timeout, --body-timeout
+        self.http_refused = Counter("tailor_http_refused_connections",
+                                    "connections the HTTP server closed: over --max-connections at accept "
+                                    "(connections), a request's headers or body not complete in time "
+                                    "(header_timeout, body_timeout)", ["reason"], registry=r)
+        self.http_connections = Gauge("tailor_http_connections", "open HTTP connections", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

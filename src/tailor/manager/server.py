@@ -52,6 +52,14 @@ def add_arguments(p) -> None:
                    help="records before an SNI not listed with --site becomes a site of its own (default 500)")
     p.add_argument("--max-sites", type=int, default=1000, help="cap on the SNIs ever keyed (default 1000)")
     p.add_argument("--max-rules", type=int, default=500_000, help="rule budget of a published table (default 500000)")
+    p.add_argument("--max-connections", type=int, default=1024,
+                   help="open HTTP connections at most; one more is closed at accept and counted (default 1024)")
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a client has for a request's headers, from its connection or the previous response; "
+                        "later: 408, closed and counted (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a client has for a request's body after its headers; later: 408, closed and counted "
+                        "(default 30)")
     p.add_argument("--ope-gate", action="store_true",
                    help="publish a learned table only when its off-policy estimate from the last hour's telemetry "
                         "(SNIPS upper 95%% confidence bound of the mean completion time) is no worse than the current "
@@ -156,6 +164,8 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          allowed_origins=tuple(args.allowed_origin), signing_key=args.signing_key,
                          sites=tuple(args.site), site_min_records=args.site_min_records, max_sites=args.max_sites,
                          max_rules=args.max_rules, cohort_salt=args.cohort_salt,
+                         max_connections=args.max_connections, header_timeout_s=args.header_timeout,
+                         body_timeout_s=args.body_timeout,
                          ope_gate=bool(getattr(args, "ope_gate", False)),
                          geoip_asn=getattr(args, "geoip_asn", None), geoip_region=getattr(args, "geoip_region", None),
                          policy_params=parse_policy_params(getattr(args, "policy_param", []) or [], "tailor manager"))
@@ -176,6 +186,7 @@ def run(args) -> int:
     import uvicorn
 
     from tailor.manager.api import create_app
+    from tailor.manager.httpserver import uvicorn_settings
 
     args = with_config_file(args)
     if getattr(args, "bus", None):
@@ -188,8 +199,21 @@ def run(args) -> int:
     app = create_app(cfg)
     logs.log("manager.start", host=host, port=port, tls=bool(args.tls_cert), data=cfg.data_dir, policy=cfg.policy, space=cfg.space)
     tls = {"ssl_certfile": args.tls_cert, "ssl_keyfile": args.tls_key} if args.tls_cert else {}
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, **tls)
+    _check_descriptors(cfg.max_connections)
+    # the same bounds as the test server's (tailor.manager.testing): connections, header and body deadlines
+    uvicorn.run(app, host=host, port=port, **uvicorn_settings(cfg, app.state.manager.metrics), **tls)
     return 0
+
+
+def _check_descriptors(max_connections: int) -> None:
+    """Warn when the descriptor limit is below --max-connections plus room for the store and the thread pool: the
+    cap would never be reached, accept() would fail instead (deploy/tailor-manager.service sets 65536)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < max_connections + 64:
+        logs.log("manager.fd_limit", logging.WARNING, detail=f"open-file limit {soft} < --max-connections "
+                 f"{max_connections} + 64: raise it (ulimit -n, LimitNOFILE=) or lower --max-connections")
 
 
 def run_bus(args) -> int:

@@ -1,4 +1,5 @@
-"""A real uvicorn server on 127.0.0.1 in a background thread, bounded in time, stopped by handle.
+"""A real uvicorn server on 127.0.0.1 in a background thread, bounded in time, stopped by handle, with the
+settings of ``tailor manager`` (tailor.manager.httpserver.uvicorn_settings: connection cap, header and body deadlines).
 
 Used by the tests, the benchmark and (later) the demo harness:
 
@@ -14,6 +15,8 @@ import time
 
 import uvicorn
 
+from tailor.manager.httpserver import uvicorn_settings
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -25,8 +28,9 @@ class LiveServer:
     def __init__(self, app, port: int | None = None, start_timeout_s: float = 20.0):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, access_log=False,
-                                lifespan="on", timeout_graceful_shutdown=5)
+        mgr = app.state.manager  # an app of tailor.manager.api.create_app: its bounds and counters
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="on", timeout_graceful_shutdown=5,
+                                **uvicorn_settings(mgr.cfg, mgr.metrics))  # the real server's settings too
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}", daemon=True)
         self.start_timeout_s = start_timeout_s

@@ -1,0 +1,141 @@
+"""The manager's HTTP server settings: one function, :func:`uvicorn_settings`, used by ``tailor manager``
+(tailor.manager.server) and by the test server (tailor.manager.testing), so both run with the same bounds.
+
+uvicorn 0.54 alone bounds neither the connections nor the time a client takes to send a request: no header or
+body timeout, and ``limit_concurrency`` answers 503 only once a request's headers have arrived, so it neither
+closes a slow connection nor refuses one at accept; once slow connections reach it, every client's request is
+answered 503 while they keep their sockets (found by review, 2026-12-08: a client sending a header byte every few
+seconds, or a Content-Length and then a trickled body, kept its socket and task for good). So the manager runs
+uvicorn's h11 protocol with three bounds of its own (:class:`BoundedH11Protocol`):
+
+* at most ``max_connections`` open connections: one more is closed at accept, before anything is read;
+* a request's headers must be complete within ``header_timeout_s`` of the connection's accept or the end of the
+  previous response on it (idle keep-alive connections are closed after uvicorn's 5 s keep-alive timeout);
+* a request's body must be complete within ``body_timeout_s`` of the end of its headers.
+
+A connection past a deadline is answered ``408 Request Timeout`` (when part of a request has arrived and no response
+has started; an idle one is closed without a word) and closed. Every
+refusal is counted in ``tailor_http_refused_connections_total{reason="connections"|"header_timeout"|
+"body_timeout"}``; ``tailor_http_connections`` is the number open. What these bounds do not cover: a TLS handshake
+(asyncio's own 60 s handshake timeout applies; a connection is counted only once its handshake is done) and the
+time the application takes to answer (its own bounds: the long-poll's ``max_wait_s``, the telemetry ack timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from tailor.manager.config import ManagerConfig
+
+KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed after this long
+MAX_HEADER_BYTES = 16 * 1024  # h11's default bound of a request line plus headers (larger: 400)
+BACKLOG = 1024  # the listening socket's accept queue (the kernel caps it at net.core.somaxconn)
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a cap on open connections and deadlines for a request's headers and body.
+
+    A subclass made by :func:`protocol_class` sets ``max_connections``, ``header_timeout_s``, ``body_timeout_s``
+    and ``metrics``; uvicorn makes one instance per connection."""
+
+    max_connections: int = 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    metrics = None  # tailor.manager.metrics.Metrics
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._refused = False
+        self._phase: str | None = None  # "header" or "body": the part of a request the client is sending
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- connections
+    def connection_made(self, transport) -> None:
+        if len(self.connections) >= self.max_connections:  # refused before anything is read, and counted
+            self._refused = True
+            self._count("connections")
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._gauge()
+        self._watch()
+
+    def connection_lost(self, exc) -> None:
+        if self._refused:  # never set up: nothing of uvicorn's to tear down
+            return
+        self._set_timer(None)
+        super().connection_lost(exc)
+        self._gauge()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    # -- deadlines
+    def _watch(self) -> None:
+        """Arm the deadline of the part of a request the client is sending (none while the app answers); a
+        deadline runs from the start of its part, however many bytes arrive meanwhile."""
+        if self.transport is None or self.transport.is_closing():
+            self._set_timer(None)
+            return
+        state = self.conn.their_state
+        phase = "header" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None
+        if phase != self._phase:
+            self._set_timer(phase)
+
+    def _set_timer(self, phase: str | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._phase = phase
+        if phase is not None:
+            delay = self.header_timeout_s if phase == "header" else self.body_timeout_s
+            self._timer = self.loop.call_later(delay, self._expired, phase)
+
+    def _expired(self, phase: str) -> None:
+        self._timer = None
+        if self.transport is None or self.transport.is_closing() or self._phase != phase:
+            return
+        self._count(f"{phase}_timeout")
+        if phase == "body":
+            answer = self.cycle is None or not self.cycle.response_started
+        else:  # a connection idle since its accept or its last response is closed without a word (as nginx does)
+            answer = bool(self.conn.trailing_data[0])
+        if answer:  # bypasses h11 (it cannot answer before a request's headers); the connection ends here
+            limit = self.header_timeout_s if phase == "header" else self.body_timeout_s
+            text = f"request {phase}s not complete within {limit:g} s\n".encode()
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(text), text))
+        self.transport.close()  # the app's pending receive() gets http.disconnect
+
+    # -- metrics
+    def _count(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.http_refused.labels(reason).inc()
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.http_connections.set(len(self.connections))
+
+
+def protocol_class(cfg: ManagerConfig, metrics) -> type[BoundedH11Protocol]:
+    """A :class:`BoundedH11Protocol` with ``cfg``'s bounds, counting into ``metrics``."""
+    return type("ManagerH11Protocol", (BoundedH11Protocol,),
+                {"max_connections": cfg.max_connections, "header_timeout_s": cfg.header_timeout_s,
+                 "body_timeout_s": cfg.body_timeout_s, "metrics": metrics})
+
+
+def uvicorn_settings(cfg: ManagerConfig, metrics) -> dict:
+    """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for a manager with ``cfg`` (its bounds) and
+    ``metrics`` (its counters): the same for the real server and the test server."""
+    return {"http": protocol_class(cfg, metrics),
+            "ws": "none",  # the manager has no WebSocket endpoint
+            "backlog": BACKLOG, "timeout_keep_alive": KEEP_ALIVE_S, "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+            "log_config": None, "access_log": False}

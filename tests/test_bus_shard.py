@@ -605,3 +605,162 @@ def test_a_deeply_nested_batch_is_refused_and_the_partition_goes_on(bus):
             await nc.close()
 
     asyncio.run(scenario())
+
+
+# -- a full stream refuses; nothing stored is removed but acknowledged history (2026-12-07, found by review)
+
+STREAM_FULL = 10077  # JetStream's err_code for a store refusal ("maximum bytes exceeded")
+
+
+async def _publish_until_full(js, subjects: list[str], body: bytes, attempts: int = 60) -> tuple[dict, int]:
+    """Publish ``body`` round-robin over ``subjects`` until the stream refuses 3 times (at most ``attempts``):
+    ({stream seq: subject} of the acknowledged publishes, refusals)."""
+    from nats.js.errors import APIError
+
+    acked, refused = {}, 0
+    for i in range(attempts):
+        subject = subjects[i % len(subjects)]
+        try:
+            ack = await js.publish(subject, body, headers={"Nats-Msg-Id": f"fill/n0/{i}"})
+        except APIError as err:
+            assert err.err_code == STREAM_FULL, f"publish {i}: {err!r} ({err.err_code} {err.description})"
+            refused += 1
+            if refused == 3:
+                break
+            continue
+        acked[ack.seq] = subject
+    return acked, refused
+
+
+def test_a_full_stream_refuses_the_publish_and_keeps_every_acknowledged_message(bus):
+    """The telemetry stream as the shards create it, filled beyond its max_bytes: each publish is either
+    acknowledged and stays stored, or refused (the edge keeps the batch and retries). With discard OLD (until
+    2026-12-07) every publish was acknowledged and the oldest messages, acknowledged and never consumed, were
+    deleted without a trace."""
+    from tailor.bus import setup as S
+
+    async def go():
+        nc, js = await _conn(bus)
+        try:
+            await S.ensure_stream(js, max_bytes=64 << 10)
+            acked, refused = await _publish_until_full(js, [S.tel_subject("default", 0)], b"x" * 8000)
+            st = (await js.stream_info(S.STREAM)).state
+            evicted = sorted(s for s in acked if s < st.first_seq)
+            assert not evicted, (f"{len(acked)} publishes acknowledged into a 64 KiB stream, {refused} refused; "
+                                 f"the stream holds {st.messages} (first sequence {st.first_seq}): {len(evicted)} "
+                                 f"acknowledged messages deleted unconsumed")
+            assert refused == 3 and st.messages == len(acked) and st.first_seq == 1
+            for seq in acked:
+                assert (await js.get_msg(S.STREAM, seq=seq)).data == b"x" * 8000
+        finally:
+            await nc.close()
+
+    bus.run(go())
+
+
+def test_ensure_stream_moves_an_old_stream_to_discard_new(bus):
+    """A stream created before 2026-12-07 (discard OLD, max_age 7 days) is updated in place at a shard's start;
+    the operator's max_bytes stays."""
+    from nats.js import api
+
+    from tailor.bus import setup as S
+
+    async def go():
+        nc, js = await _conn(bus)
+        try:
+            old = S.stream_config(max_bytes=12_345_678)
+            old.discard, old.max_age = api.DiscardPolicy.OLD, 7 * 86400.0
+            await js.add_stream(old)
+            assert await S.ensure_stream(js, max_bytes=1 << 20) == "updated"  # found: its max_bytes is kept
+            cfg = (await js.stream_info(S.STREAM)).config
+            assert cfg.discard == api.DiscardPolicy.NEW and not cfg.max_age and cfg.max_bytes == 12_345_678
+            assert await S.ensure_stream(js) == "kept"
+        finally:
+            await nc.close()
+
+    bus.run(go())
+
+
+def test_trimming_removes_only_acknowledged_history(bus):
+    """``trim_acknowledged`` removes a partition's messages at or below its consumer's ack floor, once the stream is
+    3/4 full or its oldest message older than a week, and nothing else: not the partition's unacknowledged messages,
+    not another partition's (its consumer still delivers every one), so a full stream takes publishes again."""
+    from tailor.bus import setup as S
+
+    async def go():
+        nc, js = await _conn(bus)
+        try:
+            await S.ensure_stream(js, max_bytes=64 << 10)
+            await S.ensure_consumers(js, 2)
+            subjects = [S.tel_subject("default", 0), S.tel_subject("pop-b", 1)]
+            acked, refused = await _publish_until_full(js, subjects, b"y" * 4000)
+            assert refused == 3
+            p0 = sorted(s for s, subj in acked.items() if subj == subjects[0])
+            p1 = sorted(s for s, subj in acked.items() if subj == subjects[1])
+            assert await S.trim_acknowledged(nc, js, 0) == 0  # full, but nothing acknowledged yet
+            sub0 = await js.pull_subscribe_bind(consumer=S.consumer_name(0), stream=S.STREAM)
+            msgs = await sub0.fetch(len(p0), timeout=5)
+            assert [m.metadata.sequence.stream for m in msgs] == p0
+            for m in msgs[:-2]:
+                await m.ack_sync()
+            assert await S.trim_acknowledged(nc, js, 0) == len(p0) - 2  # full: the acknowledged ones go
+            st = (await js.stream_info(S.STREAM)).state
+            assert st.messages == len(p1) + 2 and st.bytes < S.TRIM_AT * (64 << 10)
+            ack = await js.publish(subjects[1], b"z" * 4000)  # room again
+            p1.append(ack.seq)
+            for m in msgs[-2:]:
+                await m.ack_sync()
+            assert await S.trim_acknowledged(nc, js, 0) == 0  # below 3/4 and young: history kept
+            assert await S.trim_acknowledged(nc, js, 0, now=time.time() + S.HISTORY_S + 60) == 2  # a week old
+            assert await S.trim_acknowledged(nc, js, 1, now=time.time() + S.HISTORY_S + 60) == 0  # none acknowledged
+            sub1 = await js.pull_subscribe_bind(consumer=S.consumer_name(1), stream=S.STREAM)
+            got = [m.metadata.sequence.stream for m in await sub1.fetch(len(p1) + 5, timeout=3)]
+            assert got == p1, f"partition 1's consumer delivers {got}, {p1} were acknowledged to the publisher"
+        finally:
+            await nc.close()
+
+    bus.run(go())
+
+
+def test_a_shard_trims_its_folded_history_and_a_full_stream_takes_telemetry_again(bus):
+    """A partition worker on a 128 KiB stream, fed five times its capacity by an edge that retries refused batches
+    (as tailor-edge's sink does): its cycles trim what they folded and acknowledged, every record arrives once."""
+    from nats.js.errors import APIError
+
+    from tailor.bus import setup as S
+    from tailor.bus.shard import PartitionWorker, Shard
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        await S.ensure_stream(js, max_bytes=128 << 10)  # the shard keeps an existing stream's max_bytes
+        sh = Shard(_shard_cfg(bus, "A"))
+        await sh.connect()
+        try:
+            w = await _start(PartitionWorker(sh, 0))
+            edge, batches, refused = T.EdgePublisher(js, source="e"), 0, 0
+            recs = T.records(1500, prefixes=30, tag=5)
+            for i in range(0, len(recs), 50):
+                for _ in range(20):  # a refused batch: the worker's next cycle makes room, the edge retries
+                    try:
+                        await edge.publish(0, recs[i:i + 50], seq=i // 50 + 1)
+                        batches += 1
+                        break
+                    except APIError as err:
+                        assert err.err_code == STREAM_FULL, repr(err)
+                        refused += 1
+                        pending = (await js.consumer_info(S.STREAM, S.consumer_name(0))).num_pending
+                        await _feed(w, pending)
+                        await w._commit()
+                else:
+                    raise AssertionError(f"batch {i // 50 + 1} refused 20 times: {w.counters.as_dict()}")
+            await _feed(w, (await js.consumer_info(S.STREAM, S.consumer_name(0))).num_pending)
+            await w._commit()
+            assert refused > 0 and w.counters.trimmed > 0, (refused, w.counters.as_dict())
+            assert batches == 30 and w.counters.records == 1500 and w.counters.trims_failed == 0
+            assert await T.all_acked(js, 1)
+            await w.stop()
+        finally:
+            await sh.nc.close()
+            await nc.close()
+
+    bus.run(scenario())

@@ -195,8 +195,30 @@ func NewPublisher(nc *nats.Conn) (*Publisher, error) {
 // ErrAway: not connected (the batch stays buffered).
 var ErrAway = errors.New("bus not connected")
 
+// JetStream error codes of a store that cannot take a message now but will
+// later: the stream is full (discard NEW: "maximum bytes exceeded", "maximum
+// messages exceeded") or the server is out of storage.
+const (
+	errCodeStoreFailed          = 10077 // JSStreamStoreFailedF: the stream's limits (discard NEW)
+	errCodeInsufficientResource = 10023 // JSInsufficientResourcesErr
+	errCodeStorageExceeded      = 10047 // JSStorageResourcesExceededErr
+)
+
+// isFull reports whether a JetStream refusal is one a later publish can
+// pass: the stream full, storage exhausted, JetStream unavailable (503).
+func isFull(e *jetstream.APIError) bool {
+	switch e.ErrorCode {
+	case errCodeStoreFailed, errCodeInsufficientResource, errCodeStorageExceeded:
+		return true
+	}
+	return e.Code == 503
+}
+
 // Publish sends data with the Nats-Msg-Id header and waits for the PubAck.
-// A JetStream refusal (API error) wraps telemetry.ErrPublishRefused.
+// A full stream (TAILOR_TELEMETRY discards nothing: it refuses the publish)
+// wraps telemetry.ErrBusFull, the batch stays buffered; any other JetStream
+// refusal (API error, e.g. a message over the size limit) wraps
+// telemetry.ErrPublishRefused.
 func (p *Publisher) Publish(ctx context.Context, subject, msgID string, data []byte) error {
 	if !p.NC.IsConnected() {
 		return ErrAway
@@ -210,6 +232,9 @@ func (p *Publisher) Publish(ctx context.Context, subject, msgID string, data []b
 	_, err := p.JS.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
+		if isFull(apiErr) {
+			return fmt.Errorf("%w: %s: %v", telemetry.ErrBusFull, subject, err)
+		}
 		return fmt.Errorf("%w: %s: %v", telemetry.ErrPublishRefused, subject, err)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {

@@ -222,3 +222,68 @@ func TestBusSinkRefused(t *testing.T) {
 		t.Fatalf("stored %d messages, %d records, dropped %d; want the drop count 3 alone", len(msgs), n, d)
 	}
 }
+
+// TestBusSinkStreamFull: TAILOR_TELEMETRY discards nothing, so a full
+// stream refuses the publish. The batch stays buffered (neither dropped nor
+// counted as refused for good), every record JetStream acknowledged stays
+// in the stream, the buffer's bound drops and counts what does not fit
+// while the stream is full, and publishing resumes once room is made (the
+// shards trim acknowledged history; here a purge). Until 2026-12-07 the
+// refusal was a JetStream API error like any other: the batch was dropped.
+func TestBusSinkStreamFull(t *testing.T) {
+	srv := bustest.StartWith(t, bustest.Options{StreamMaxBytes: 16 << 10})
+	js, _ := srv.Setup(t)
+	sink, _ := newSink(t, srv.URL(), 200, Options{})
+	ctx := context.Background()
+	long := strings.Repeat("x", 200)
+	n := 0
+	add := func(k int) {
+		for range k {
+			r := record(n)
+			r.Group = long
+			sink.Add(r)
+			n++
+		}
+	}
+	for round := 0; sink.Stats().BusFull == 0; round++ {
+		if round == 50 {
+			t.Fatalf("a 16 KiB stream never refused: %+v", sink.Stats())
+		}
+		add(20)
+		if err := sink.Flush(ctx); err != nil {
+			t.Fatalf("flush %d: %v (a full stream must keep the batch, not drop it)", round, err)
+		}
+	}
+	st := sink.Stats()
+	if st.Pending == 0 || st.Pending > 20 || st.Dropped != 0 || st.Refused != 0 || st.Sent != int64(n-st.Pending) {
+		t.Fatalf("stream full: %+v; want records of the last flush pending, none dropped", st)
+	}
+	if got, _ := checkStored(t, readStream(t, js)); int64(got) != st.Sent {
+		t.Fatalf("the stream holds %d records, JetStream acknowledged %d", got, st.Sent)
+	}
+	add(300) // the bound (200) holds while the stream is full
+	must(t, sink.Flush(ctx))
+	if st = sink.Stats(); st.Pending != 200 || st.Dropped != int64(n)-st.Sent-200 || st.BusFull < 2 {
+		t.Fatalf("bound: %+v", st)
+	}
+	stored, reported := 0, int64(0)
+	stream, err := js.Stream(ctx, "TAILOR_TELEMETRY")
+	must(t, err)
+	for round := 0; ; round++ {
+		got, dropped := checkStored(t, readStream(t, js))
+		stored, reported = stored+got, reported+dropped
+		if sink.Stats().Pending == 0 {
+			break
+		}
+		if round == 50 {
+			t.Fatalf("not drained: %+v", sink.Stats())
+		}
+		must(t, stream.Purge(ctx)) // room: what was read goes
+		must(t, sink.Flush(ctx))
+	}
+	st = sink.Stats()
+	if int64(stored) != st.Sent || st.Sent+st.Dropped != int64(n) || reported != st.Dropped || st.Refused != 0 {
+		t.Fatalf("drained: %+v; %d records stored, %d drops reported, %d added", st, stored, reported, n)
+	}
+	t.Logf("%d records: %d stored, %d dropped by the bound (counted), %d publishes refused by the full stream", n, stored, st.Dropped, st.BusFull)
+}

@@ -17,6 +17,13 @@ import (
 // error such as a message over the size limit); it is dropped and counted.
 var ErrPublishRefused = errors.New("telemetry batch refused by the bus")
 
+// ErrBusFull: the bus cannot store the batch now (its stream is full:
+// TAILOR_TELEMETRY refuses publishes rather than deleting stored messages;
+// or its storage is exhausted). The batch stays buffered and is published
+// again at the next Flush; the buffer's bound drops and counts what does
+// not fit meanwhile.
+var ErrBusFull = errors.New("bus stream full")
+
 // Publisher is what BusSink needs of the bus (bus.Publisher): publish with
 // a Nats-Msg-Id header and return once JetStream acknowledged the message.
 type Publisher interface {
@@ -28,9 +35,10 @@ type Publisher interface {
 // buffer by partition and publishes one batch per partition chunk to
 // tailor.tel.<Pop>.<partition> with Nats-Msg-Id <Source>/<Nonce>/<seq>.
 // Records count against the bound until JetStream acknowledged their
-// batch; a batch whose publish failed is re-published with the same
-// message id (the stream's duplicate window drops a second copy). While the
-// partition count is unknown (no cluster document yet) records wait.
+// batch; a batch whose publish failed (bus away, stream full) is
+// re-published with the same message id (the stream's duplicate window
+// drops a second copy). While the partition count is unknown (no cluster
+// document yet) records wait.
 type BusSink struct {
 	Pub         Publisher
 	Pop         string                         // --pop
@@ -51,6 +59,7 @@ type BusSink struct {
 
 	batches atomic.Int64 // batches acknowledged
 	refused atomic.Int64 // records in batches refused for good
+	full    atomic.Int64 // publishes refused because the stream was full (batch kept)
 }
 
 type busBatch struct {
@@ -71,6 +80,7 @@ func (s *BusSink) Dropped() int64 { return s.q.total() }
 func (s *BusSink) Stats() QueueStats {
 	st := s.q.stats()
 	st.Refused = s.refused.Load()
+	st.BusFull = s.full.Load()
 	return st
 }
 
@@ -103,9 +113,10 @@ func (s *BusSink) messageLimit() int {
 }
 
 // Flush publishes the formed batches still unacknowledged, then forms
-// batches from the buffer and publishes them. While the bus is away it
-// returns nil (the records stay; the first failure is logged); a batch
-// the bus refused for good is dropped, counted, and its error returned.
+// batches from the buffer and publishes them. While the bus is away or its
+// stream full it returns nil (the records stay; the first failure is
+// logged, a full stream's refusals counted in Stats().BusFull); a batch the
+// bus refused for good is dropped, counted, and its error returned.
 func (s *BusSink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -138,6 +149,9 @@ func (s *BusSink) Flush(ctx context.Context) error {
 			s.logf("telemetry: %v: dropped %d records", err, b.n)
 			refused = errors.Join(refused, fmt.Errorf("%w: %v", ErrTelemetry, err))
 		default:
+			if errors.Is(err, ErrBusFull) {
+				s.full.Add(1)
+			}
 			if !s.away {
 				s.away = true
 				s.logf("telemetry: bus publish: %v (records stay buffered: %d)", err, s.q.stats().Pending)

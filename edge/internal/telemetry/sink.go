@@ -132,7 +132,8 @@ type QueueStats struct {
 	Dropped      int64  // records lost in total (any reason)
 	Invalid      int64  // of which: records that broke the schema
 	LastInvalid  string // the last such record's error
-	Refused      int64  // of which: records in batches the manager refused (HTTPSink)
+	Refused      int64  // of which: records in batches the manager or the bus refused for good
+	BusFull      int64  // publishes the bus's full stream refused (BusSink; the batch stayed buffered, retried)
 	Sent         int64  // records shipped: written (LineSink) or accepted by the manager (HTTPSink)
 }
 

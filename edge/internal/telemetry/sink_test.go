@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -348,5 +349,57 @@ func TestDropCountAloneIsAValidBatch(t *testing.T) {
 	}
 	if posts, _ := refusing.snapshot(); posts != 1 {
 		t.Fatalf("%d posts of a refused drop count, want 1", posts)
+	}
+}
+
+// fullBus is a Publisher whose stream is full for its first `full` publishes.
+type fullBus struct {
+	full, calls int
+	stored      []Batch
+}
+
+func (b *fullBus) Publish(_ context.Context, subject, _ string, data []byte) error {
+	b.calls++
+	if b.calls <= b.full {
+		return fmt.Errorf("%w: %s: maximum bytes exceeded", ErrBusFull, subject)
+	}
+	var batch Batch
+	if err := json.Unmarshal(data, &batch); err != nil {
+		return err
+	}
+	b.stored = append(b.stored, batch)
+	return nil
+}
+
+func (b *fullBus) MaxPayload() int64 { return 1 << 20 }
+
+// TestBusSinkKeepsBatchesAFullStreamRefuses: ErrBusFull is no refusal for
+// good: Flush returns nil, the records stay (counted against the bound,
+// which drops and counts the rest), the refusals are counted in BusFull,
+// and the same batch goes out once the stream takes it.
+func TestBusSinkKeepsBatchesAFullStreamRefuses(t *testing.T) {
+	bus := &fullBus{full: 3}
+	var logs bytes.Buffer
+	s := &BusSink{Pub: bus, Pop: "p", Source: "e", Partitions: func() int { return 1 },
+		PartitionOf: func(string, int) int { return 0 }, Limit: 10, Log: log.New(&logs, "", 0)}
+	for i := range 12 {
+		s.Add(Record{Time: 1.7e9, Kind: "response", ClientPrefix: fmt.Sprintf("10.0.%d.0/24", i), ConfigID: "c-0123456789", TableVersion: 1})
+	}
+	for range 3 {
+		if err := s.Flush(context.Background()); err != nil {
+			t.Fatalf("flush while full: %v", err)
+		}
+	}
+	if st := s.Stats(); st.Pending != 10 || st.Dropped != 2 || st.Refused != 0 || st.BusFull != 3 || st.Sent != 0 {
+		t.Fatalf("full: %+v", st)
+	}
+	if n := strings.Count(logs.String(), "bus stream full"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, logs.String())
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Pending != 0 || st.Sent != 10 || len(bus.stored) != 1 || len(bus.stored[0].Records) != 10 || *bus.stored[0].Dropped != 2 {
+		t.Fatalf("after room: %+v, stored %+v", st, bus.stored)
 	}
 }

@@ -17,7 +17,9 @@ A :class:`PartitionWorker` runs one :class:`tailor.manager.service.Manager` (``<
 restores the authenticated state (:mod:`tailor.bus.state`), publishes the table envelope at takeover, pulls
 from ``part-<p>``, skips what the state already holds, ingests the rest through ``Manager.ingest`` (records
 of another partition refused and counted), and every ``--update-freq``: cycle -> state to the object store ->
-acknowledge the folded messages -> envelope when the version changed -> archive summary.
+acknowledge the folded messages -> envelope when the version changed -> archive summary -> the partition's
+acknowledged messages removed from the stream once it is 3/4 full or its oldest message a week old
+(:func:`tailor.bus.setup.trim_acknowledged`; the stream discards nothing itself).
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class Counters:
     states_written: int = 0
     envelopes: int = 0
     envelopes_too_large: int = 0
+    trimmed: int = 0  # acknowledged messages of the partition removed from the stream (setup.trim_acknowledged)
+    trims_failed: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -489,10 +493,27 @@ class PartitionWorker:
         await self._publish_envelope()
         if folded or final or c.cycles == 1:
             await self._put_archive()
+        if not final:
+            await self._trim()
         log("bus.cycle", partition=self.p, shard=sh.cfg.shard_id, version=mgr.current.version,
             folded_messages=len(folded), watermark=self.watermark.floor, records=c.records,
             duplicates=c.duplicates, refused_partition=c.refused_partition, final=final,
             rows=summary.rows if summary else None)
+
+    async def _trim(self) -> None:
+        """Remove the partition's acknowledged history when the stream is nearly full or old (discard NEW: a full
+        stream refuses publishes, so consumed messages must not fill it); a failure is counted and tried again at
+        the next cycle."""
+        sh = self.shard
+        try:
+            n = await S.trim_acknowledged(sh.nc, sh.js, self.p)
+        except Exception as err:  # noqa: BLE001 (a timeout, the bus away: the next cycle tries again)
+            self.counters.trims_failed += 1
+            log("bus.trim_failed", logging.WARNING, partition=self.p, error=f"{type(err).__name__}: {err}"[:300])
+            return
+        if n:
+            self.counters.trimmed += n
+            log("bus.trimmed", partition=self.p, messages=n, note="acknowledged history removed from the stream")
 
     async def _publish_envelope(self, force: bool = False) -> None:
         mgr = self.mgr

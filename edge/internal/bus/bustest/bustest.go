@@ -57,6 +57,8 @@ type Server struct {
 	Dir      string // config, logs, password files
 	// MaxPayload is the server's max_payload (0: the server's default, 1 MB).
 	MaxPayload int
+	// StreamMaxBytes is TAILOR_TELEMETRY's max_bytes in Setup (0: none).
+	StreamMaxBytes int64
 
 	ManagerPass, EdgePass string
 
@@ -94,8 +96,9 @@ func Start(t testing.TB, auth bool) *Server {
 
 // Options of StartWith.
 type Options struct {
-	Auth       bool // users manager and edge
-	MaxPayload int  // max_payload; 0 = the default
+	Auth           bool  // users manager and edge
+	MaxPayload     int   // max_payload; 0 = the default
+	StreamMaxBytes int64 // the telemetry stream's max_bytes in Setup; 0 = none
 }
 
 // StartWith is Start with options.
@@ -106,7 +109,7 @@ func StartWith(t testing.TB, o Options) *Server {
 	if bin == "" {
 		t.Skip("nats-server not found (install Debian's nats-server or set TAILOR_NATS_SERVER): the bus tests need a real server")
 	}
-	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth, MaxPayload: o.MaxPayload}
+	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth, MaxPayload: o.MaxPayload, StreamMaxBytes: o.StreamMaxBytes}
 	if auth {
 		s.ManagerPass, s.EdgePass = "manager-secret-1", "edge-secret-2"
 		for name, pw := range map[string]string{"manager.pw": s.ManagerPass, "edge.pw": s.EdgePass} {
@@ -231,7 +234,9 @@ func (s *Server) Connect(t testing.TB) *nats.Conn {
 }
 
 // Setup creates what the managers create in production: the stream
-// TAILOR_TELEMETRY and the bucket tailor-tables. It returns the bucket.
+// TAILOR_TELEMETRY (discard new, no max age: a full stream refuses the
+// publish; max_bytes StreamMaxBytes) and the bucket tailor-tables. It
+// returns the bucket.
 func (s *Server) Setup(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	js, err := jetstream.New(s.Connect(t))
@@ -241,7 +246,8 @@ func (s *Server) Setup(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "TAILOR_TELEMETRY", Subjects: []string{"tailor.tel.>"},
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: 4 << 20, Discard: jetstream.DiscardOld}); err != nil {
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: 4 << 20, Discard: jetstream.DiscardNew,
+		MaxBytes: s.StreamMaxBytes}); err != nil {
 		t.Fatalf("bustest: stream: %v", err)
 	}
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "tailor-tables", History: 64, Storage: jetstream.FileStorage})

@@ -20,7 +20,7 @@ from tailor.manager.guardrails import (GuardConfig, GuardState, apply_guardrails
                                        move_to_default, sticky)
 from tailor.manager.synth import SyntheticEdge
 from tailor.manager.testing import LiveServer
-from tailor.space import AllowedConfig, ConfigSpace
+from tailor.space import AllowedConfig, Configuration, ConfigSpace
 from tailor.space.knobs import SPEC_DIR
 from tailor.telemetry import TelemetryError, validate_batch
 
@@ -746,3 +746,140 @@ def test_override_parameters_salt_and_error_sizes_are_bounded(tmp_path):
         assert r.status_code == 400 and "version" in r.json()["error"] and len(r.content) < 1000
         r = c.post("/v1/telemetry", content=batch([record(0, time="C" * 1_000_000)]), headers=AUTH)
         assert r.status_code == 400 and "records[0].time" in r.json()["errors"][0] and len(r.content) < 1000
+
+
+# -- the rollback test under an operator's override
+OWN = Configuration({"tcp.initial_cwnd": 7})  # an operator's configuration outside the manager's space (core)
+ZONES = {"g-slow": "10.0", "g-own": "10.1", "g-fine": "10.2"}  # group -> the /16 of its clients
+
+
+def pin_override(c, main: dict[str, str]) -> dict:
+    """POST an operator's table whose group g gives main[g] 0.9 and the default 0.1; returns the published table."""
+    table = copy.deepcopy(c.get("/v1/table").json())
+    table["configs"] = {DEFAULT: {}, **{cid: dict(SPACE.configs[SPACE.index_of(cid)].changes()) if cid != OWN.id
+                                        else dict(OWN.changes()) for cid in main.values()}}
+    table["groups"] = [{"id": g, "choices": [{"config": DEFAULT, "p": 0.1}, {"config": cid, "p": 0.9}]}
+                       for g, cid in main.items()]
+    table["rules"] = [{"prefix": f"{ZONES[g]}.0.0/16", "group": g} for g in main]
+    r = c.post("/v1/table", json=table, headers={**AUTH, "X-Tailor-Reason": "incident 7"})
+    assert r.status_code == 200, r.text
+    return c.get("/v1/table").json()
+
+
+def serve(c, edge, n, t, cycle_at):
+    """The edge applies the current table, reports n page loads from time t; a cycle runs at cycle_at."""
+    edge.apply(c.get("/v1/table").json())
+    assert c.post("/v1/telemetry", content=batch(edge.records(n, t)),
+                  headers=AUTH).status_code == 202
+    return c.app.state.manager.run_cycle(now=cycle_at)
+
+
+def override_edge(factors: dict[str, float], seed: int) -> SyntheticEdge:
+    prefixes = [f"{z}.{j}.0/24" for z in ZONES.values() for j in range(10)]
+    return SyntheticEdge(prefixes, factor=lambda p, cid: factors.get(cid, 1.0), seed=seed)
+
+
+def audit_rows(mgr, action: str) -> list[tuple]:
+    return mgr.store.query("SELECT version, actor, reason FROM audit WHERE action = ? ORDER BY ts, reason", [action])
+
+
+def counter(mgr, name: str) -> float:
+    line = next(x for x in mgr.metrics.render().decode().splitlines() if x.startswith(name + " "))
+    return float(line.split()[1])
+
+
+def test_an_override_slower_than_holdback_is_found_audited_once_and_left_pinned(tmp_path):
+    """Until 2026-12-07 the rollback test watched only the policy's incumbents: under an operator's override the
+    edges served the operator's table and nothing noticed a group it made slower than its holdback (and records of
+    an operator's configuration outside the space were 'foreign', kept by no guardrail). Now the same test runs on
+    the pinned table's main choices: each finding is audited once per override, counted, on /healthz and the
+    dashboard, and by default (--override-rollback alert) the operator's table stays as it is."""
+    slow = OTHER[0]
+    main = {"g-slow": slow, "g-own": OWN.id, "g-fine": OTHER[1]}
+    edge = override_edge({slow: 1.4, OWN.id: 1.4}, seed=11)
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+        mgr = c.app.state.manager
+        pinned = pin_override(c, main)
+        serve(c, edge, 3000, T0, T0 + 99)
+        found = audit_rows(mgr, "override-regression")
+        assert [(v, actor) for v, actor, _ in found] == [(pinned["version"], "guardrail")] * 2, found
+        reasons = sorted(r for _, _, r in found)
+        assert reasons[0].startswith(f"override-regression: {slow} is ") and " in g-slow (n=" in reasons[0]
+        assert reasons[1].startswith(f"override-regression: {OWN.id} is ") and " in g-own (n=" in reasons[1]
+        assert all("% slower than holdback" in r and "--override-rollback alert" in r for r in reasons)
+        assert counter(mgr, "tailor_override_regressions_total") == 2
+        health = c.get("/healthz").json()
+        assert health["status"] == "degraded" and any("override table serves 2" in p for p in health["problems"])
+        assert {(f["group"], f["config"], f["action"]) for f in health["override_regressions"]} == {
+            ("g-slow", slow, "alert"), ("g-own", OWN.id, "alert")}
+        assert all(0.25 < f["slower"] < 0.55 for f in health["override_regressions"])
+        assert "Override regressions" in c.get("/").text
+        now = c.get("/v1/table").json()
+        assert now == pinned and mgr.override_active(T0 + 99)  # the operator's table, untouched and still pinned
+        serve(c, edge, 3000, T0 + 100, T0 + 199)  # more evidence, same override: no second alert
+        assert len(audit_rows(mgr, "override-regression")) == 2 and counter(mgr, "tailor_override_regressions_total") == 2
+        assert c.get("/v1/table").json() == pinned
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:  # a restart remembers what this override found
+        mgr = c.app.state.manager
+        mgr.run_cycle(now=T0 + 249)
+        assert len(audit_rows(mgr, "override-regression")) == 2 and len(c.get("/healthz").json()["override_regressions"]) == 2
+        assert c.delete("/v1/table/override", headers=AUTH).status_code == 200
+        assert c.get("/healthz").json()["override_regressions"] == []
+        pin_override(c, main)  # a new override is watched afresh: the evidence stands, so it is found again
+        mgr.run_cycle(now=T0 + 299)
+        assert len(audit_rows(mgr, "override-regression")) == 4 and counter(mgr, "tailor_override_regressions_total") == 2
+
+
+def test_override_rollback_apply_moves_the_mass_to_the_default_and_keeps_the_pin(tmp_path):
+    from tailor.cli import _build_parser
+    from tailor.manager.server import config_from_args
+
+    args = _build_parser().parse_args(["manager", "--data", str(tmp_path / "x"), "--override-rollback", "apply"])
+    assert config_from_args(args, environ={"TAILOR_TOKEN": TOKEN}).override_rollback == "apply"
+    assert ManagerConfig(data_dir="x", insecure_dev=True).override_rollback == "alert"  # the default
+    with pytest.raises(ParameterError, match="override_rollback"):
+        ManagerConfig(data_dir="x", insecure_dev=True, override_rollback="rewrite")
+    slow = OTHER[0]
+    main = {"g-slow": slow, "g-own": OWN.id, "g-fine": OTHER[1]}
+    edge = override_edge({slow: 1.4, OWN.id: 1.4}, seed=11)
+    with TestClient(create_app(cfg(tmp_path, override_rollback="apply")), headers=AUTH) as c:
+        mgr = c.app.state.manager
+        pinned = pin_override(c, main)
+        summary = serve(c, edge, 3000, T0, T0 + 99)
+        assert summary.published and summary.rollbacks == 2
+        now = c.get("/v1/table").json()
+        assert now["version"] == pinned["version"] + 1 and mgr.current.origin == "operator"
+        groups = {g["id"]: g["choices"] for g in now["groups"]}
+        assert groups["g-slow"] == [{"config": DEFAULT, "p": 1.0}] and groups["g-own"] == [{"config": DEFAULT, "p": 1.0}]
+        assert groups["g-fine"] == next(g["choices"] for g in pinned["groups"] if g["id"] == "g-fine")
+        assert now["rules"] == pinned["rules"] and now["salt"] == pinned["salt"]
+        (version, actor, reason), = audit_rows(mgr, "rollback")
+        assert (version, actor) == (now["version"], "guardrail") and "g-slow: override-regression: " in reason
+        assert "still pinned" in reason
+        assert len(audit_rows(mgr, "override-regression")) == 2 and counter(mgr, "tailor_override_regressions_total") == 2
+        health = c.get("/healthz").json()
+        assert {f["action"] for f in health["override_regressions"]} == {"apply"}
+        assert not any("override table serves" in p for p in health.get("problems", []))
+        assert mgr.override_active(T0 + 199)
+        summary = serve(c, edge, 3000, T0 + 100, T0 + 199)  # the pin stays: the policy's table is not published
+        assert not summary.published and c.get("/v1/table").json() == now
+        assert len(audit_rows(mgr, "rollback")) == 1 and len(audit_rows(mgr, "override-regression")) == 2
+
+
+@pytest.mark.parametrize("mode", ["alert", "apply"])
+def test_an_override_as_fast_as_holdback_raises_nothing(tmp_path, mode):
+    main = {"g-slow": OTHER[0], "g-own": OWN.id, "g-fine": OTHER[1]}
+    edge = override_edge({}, seed=12)  # every configuration as fast as the default
+    conf = cfg(tmp_path) if mode == "alert" else cfg(tmp_path, override_rollback=mode)  # alert: the default
+    with TestClient(create_app(conf), headers=AUTH) as c:
+        mgr = c.app.state.manager
+        pinned = pin_override(c, main)
+        for k in range(4):
+            serve(c, edge, 3000, T0 + 100 * k, T0 + 100 * k + 99)
+        for g, cid in main.items():  # the test had its evidence, the operator's own configuration included
+            assert mgr.guard.treated[g][cid].n > 2000 and mgr.guard.holdback[g].n > 500, (g, cid)
+        assert audit_rows(mgr, "override-regression") == [] and audit_rows(mgr, "rollback") == []
+        assert counter(mgr, "tailor_override_regressions_total") == 0
+        health = c.get("/healthz").json()
+        assert health["override_regressions"] == [] and health["status"] == "ok", health
+        assert c.get("/v1/table").json() == pinned and "Override regressions" not in c.get("/").text

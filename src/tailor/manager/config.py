@@ -10,6 +10,7 @@ from typing import Any
 from tailor.errors import ParameterError, check, param_error
 
 MiB = 1 << 20
+OVERRIDE_ROLLBACK = ("alert", "apply")  # --override-rollback
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class ManagerConfig:
     explore_budget: float = 0.1
     min_improvement: float = 0.02
     rollback_alpha: float = 0.05
+    # under an operator's override the rollback test watches the operator's table; a configuration it finds slower
+    # than holdback is only reported ("alert": audit, metric, /healthz, log; the pinned table is the operator's), or
+    # also has its mass moved to the default in that group and the table republished, still pinned ("apply")
+    override_rollback: str = "alert"
     max_body_bytes: int = 16 * MiB
     queue_records: int = 500_000  # bounded in-memory ingest queue (records); overflow is dropped and counted
     max_wait_s: float = 60.0  # cap of the long-poll ?wait=
@@ -65,6 +70,8 @@ class ManagerConfig:
         check(self.retention_days > 0, own, "retention_days", "> 0", self.retention_days)
         check(bool(self.token) or self.insecure_dev, own, "token",
               "set (environment variable TAILOR_OPERATOR_TOKEN or TAILOR_TOKEN) unless --insecure-dev", "<unset>")
+        check(self.override_rollback in OVERRIDE_ROLLBACK, own, "override_rollback", f"one of {list(OVERRIDE_ROLLBACK)}",
+              self.override_rollback)
         check(self.max_body_bytes >= 1024, own, "max_body_bytes", ">= 1024", self.max_body_bytes)
         check(self.queue_records >= 1, own, "queue_records", ">= 1", self.queue_records)
         check(self.max_wait_s >= 0, own, "max_wait_s", ">= 0", self.max_wait_s)

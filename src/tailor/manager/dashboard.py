@@ -1,6 +1,7 @@
 """The dashboard (``GET /``): one server-rendered HTML page with inline SVG plots, no external assets.
 
-Shows the published table (version, origin, holdback), every group's greedy configuration and its
+Shows the published table (version, origin, holdback), under an operator's override what the rollback
+test found slower than holdback in it, every group's greedy configuration and its
 probability with the evidence against the holdback, the ISPs (ASNs) and regions of the group's clients
 (:func:`group_places`), improvement vs holdback over time (overall and
 for the busiest groups), and the recent table versions with the audit reasons. Refreshes every 10 s.
@@ -153,7 +154,21 @@ def _summary(mgr) -> str:
              "rules": len(cur.doc["rules"]), "records accepted": value(m.records), "rejected": value(m.rejected),
              "dropped": value(m.dropped), "stored": mgr.store.telemetry_count(), "prefixes": len(mgr.archive),
              "geoip": _geoip(mgr)}
-    return '<p class="kv">' + "".join(f"<span><b>{escape(k)}</b>: {escape(str(v))}</span>" for k, v in items.items()) + "</p>"
+    out = '<p class="kv">' + "".join(f"<span><b>{escape(k)}</b>: {escape(str(v))}</span>" for k, v in items.items()) + "</p>"
+    return out + _override_findings(mgr)
+
+
+def _override_findings(mgr) -> str:
+    """What the rollback test found in the operator's pinned table (the manager's ``override_findings``)."""
+    if not mgr.override_active(mgr.clock()) or not mgr.override_findings:
+        return ""
+    rows = []
+    for f in mgr.override_findings[:MAX_ROWS]:
+        what = "served unchanged (alert)" if f["action"] == "alert" else "mass moved to the default (apply)"
+        rows.append(f"<li>{escape(f['config'])} in {escape(f['group'])}: {100 * f['slower']:+.1f}% vs holdback "
+                    f"(n={f['n']} vs {f['n_holdback']}, version {f['version']}); {what}</li>")
+    return (f'<p class="bad"><b>Override regressions</b>: the operator\'s table serves configurations significantly '
+            f"slower than holdback</p><ul>{''.join(rows)}</ul>")
 
 
 def _geoip(mgr) -> str:

@@ -32,7 +32,9 @@ no outcome. The schema already bounds the raw fields, but ratios of them (bytes 
 still overflow.
 
 Guardrail statistics use the *table's* group (what the edge applied): the record's ``group``, or for
-holdback records without one the group the current table puts their client in, else "default".
+holdback records without one the group the current table puts their client in, else "default". They keep
+groups of the policy's or the current table and configurations of the space or of the current table (an
+operator's override may serve one outside the space), so the override's rollback test has its evidence.
 """
 
 from __future__ import annotations
@@ -224,10 +226,12 @@ class Feeder:
             table_group = resolver.group_of(client_id(prefix, addr), sni, device)
         table_group = table_group or "default"
         index = self._index.get(cid)
-        # the guardrails keep statistics only of groups a table has and configurations of the space: the group and
-        # the configuration id are an edge's strings, and until 2026-12-07 every new one added an entry that
-        # nothing pruned (one edge token could grow the state without bound; found by review)
-        if index is None:
+        # the guardrails keep statistics only of groups a table has and configurations of the space or of the
+        # current table: the group and the configuration id are an edge's strings, and until 2026-12-07 every new
+        # one added an entry that nothing pruned (one edge token could grow the state without bound; found by
+        # review). An operator's table may serve a configuration outside the manager's space; until 2026-12-07 its
+        # records were "foreign", so the override's rollback test (check_override) never had evidence for it.
+        if index is None and not (resolver is not None and cid in resolver.doc["configs"]):
             report.foreign += 1
         elif table_group != "default" and table_group not in self.policy_choices and not (
                 resolver is not None and resolver.has_group(table_group)):

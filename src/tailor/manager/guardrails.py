@@ -12,6 +12,9 @@ Each is a small function over the table's choices, applied in this order by :fun
    otherwise the incumbent keeps the greedy mass and the candidate keeps a probing share.
 4. **Exploration budget** — the non-greedy probability mass of a group is capped at ``explore_budget``.
 5. **Holdback** — the table's holdback share is at least the configured one.
+
+Under an operator's override the same rollback test watches the operator's table (:func:`check_override`): it
+finds, and changes nothing; the manager alerts, or with ``--override-rollback apply`` moves the mass itself.
 """
 
 from __future__ import annotations
@@ -125,21 +128,60 @@ def cap_exploration(choices: list[dict], budget: float, keep: str | None = None)
     return _normalize(probs)
 
 
+def slower_than_holdback(state: GuardState, cfg: GuardConfig, group: str, config_id: str) -> tuple[bool, LogStats, LogStats]:
+    """The rollback test: is ``config_id``'s treated evidence in ``group`` significantly slower than the group's
+    holdback (one-sided always-valid mSPRT, ``rollback_alpha``, ``tau2``, ``rollback_margin``, MIN_SAMPLES a side)?
+    Returns the verdict and the two sides' statistics."""
+    treated, hold = state.treated.get(group, {}).get(config_id, LogStats()), state.holdback.get(group, LogStats())
+    return msprt_reject(treated, hold, math.log1p(cfg.rollback_margin), cfg.rollback_alpha, cfg.tau2), treated, hold
+
+
 def check_rollbacks(state: GuardState, cfg: GuardConfig, default_id: str) -> list[dict]:
     """Block every group's incumbent that is significantly slower than the group's holdback."""
     events = []
-    margin = math.log1p(cfg.rollback_margin)
     for group, inc in list(state.incumbent.items()):
         if inc == default_id:
             continue
-        treated, hold = state.treated.get(group, {}).get(inc, LogStats()), state.holdback.get(group, LogStats())
-        if msprt_reject(treated, hold, margin, cfg.rollback_alpha, cfg.tau2):
+        reject, treated, hold = slower_than_holdback(state, cfg, group, inc)
+        if reject:
             ratio = treated.ratio_to(hold)
             reason = (f"rollback: {inc} is {100 * (ratio - 1):.1f}% slower than holdback "
                       f"(n={treated.n} vs {hold.n}, mSPRT alpha={cfg.rollback_alpha})")
             state.blocked.setdefault(group, {})[inc] = reason
             state.incumbent[group] = default_id
             events.append({"group": group, "config": inc, "reason": reason})
+    return events
+
+
+def main_choices(choices: list[dict]) -> list[str]:
+    """The configurations holding a group's largest mass (choices summed per configuration; all of them on a tie)."""
+    mass: dict[str, float] = {}
+    for c in choices:
+        mass[c["config"]] = mass.get(c["config"], 0.0) + c["p"]
+    if not mass:
+        return []
+    top = max(mass.values())
+    return [cid for cid, p in mass.items() if p >= top - 1e-12]
+
+
+def check_override(table: dict, state: GuardState, cfg: GuardConfig, seen=frozenset()) -> list[dict]:
+    """The rollback test on what edges serve under an operator's table: in each group, its greedy (highest-p)
+    configuration, when not the table's default, against the group's holdback records (:func:`slower_than_holdback`:
+    the same alpha, tau2, margin and minimum samples as :func:`check_rollbacks`). Changes nothing: the operator owns
+    the table; the caller alerts (or, when told to, moves the mass). ``seen``: (group, configuration) pairs already
+    found during this override, not reported again."""
+    default_id = table["default"]
+    events = []
+    for g in table["groups"]:
+        for cid in main_choices(g["choices"]):
+            if cid == default_id or (g["id"], cid) in seen:
+                continue
+            reject, treated, hold = slower_than_holdback(state, cfg, g["id"], cid)
+            if reject:
+                slower = treated.ratio_to(hold) - 1.0
+                events.append({"group": g["id"], "config": cid, "slower": slower, "n": treated.n, "n_holdback": hold.n,
+                               "reason": f"override-regression: {cid} is {100 * slower:.1f}% slower than holdback "
+                                         f"in {g['id']} (n={treated.n} vs {hold.n})"})
     return events
 
 

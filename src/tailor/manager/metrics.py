@@ -34,6 +34,9 @@ class Metrics:
         self.window_improvement = Gauge("tailor_improvement_vs_holdback_window",
                                         "1 - treated/holdback geometric-mean completion time (last cycle)", registry=r)
         self.rollbacks = Counter("tailor_rollbacks", "group configurations rolled back", registry=r)
+        self.override_regressions = Counter("tailor_override_regressions",
+                                            "group configurations of an operator's override found significantly "
+                                            "slower than holdback (once per override)", registry=r)
         # the HTTP server's own bounds (tailor.manager.httpserver): --max-connections, --header-timeout, --body-timeout
         self.http_refused = Counter("tailor_http_refused_connections",
                                     "connections the HTTP server closed: over --max-connections at accept "

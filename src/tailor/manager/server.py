@@ -8,7 +8,7 @@ import os
 
 from tailor.errors import check, param_error
 from tailor.manager import logs
-from tailor.manager.config import ManagerConfig, config_value, read_config_file
+from tailor.manager.config import OVERRIDE_ROLLBACK, ManagerConfig, config_value, read_config_file
 from tailor.policies.base import parse_policy_params  # noqa: F401 (the manager's --policy-param)
 
 # the dests of the flags the command line gave (argparse alone cannot tell a given flag from its default)
@@ -64,6 +64,12 @@ def add_arguments(p) -> None:
                    help="publish a learned table only when its off-policy estimate from the last hour's telemetry "
                         "(SNIPS upper 95%% confidence bound of the mean completion time) is no worse than the current "
                         "table's (1%% tolerance); otherwise keep the current table (audit entry 'ope-gate')")
+    p.add_argument("--override-rollback", choices=OVERRIDE_ROLLBACK, default="alert",
+                   help="under an operator's override, when the rollback test finds a group's main configuration "
+                        "significantly slower than holdback: alert (audit entry 'override-regression', "
+                        "tailor_override_regressions_total, /healthz, log; the pinned table is left as it is) or "
+                        "apply (also move that configuration's mass to the default in the group and republish, "
+                        "still pinned; audited 'rollback'); default alert")
     p.add_argument("--geoip-asn", metavar="FILE",
                    help="MaxMind-format ASN database (GeoLite2-ASN layout): the client's ASN when a record carries none")
     p.add_argument("--geoip-region", metavar="FILE",
@@ -167,6 +173,7 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          max_connections=args.max_connections, header_timeout_s=args.header_timeout,
                          body_timeout_s=args.body_timeout,
                          ope_gate=bool(getattr(args, "ope_gate", False)),
+                         override_rollback=getattr(args, "override_rollback", None) or "alert",
                          geoip_asn=getattr(args, "geoip_asn", None), geoip_region=getattr(args, "geoip_region", None),
                          policy_params=parse_policy_params(getattr(args, "policy_param", []) or [], "tailor manager"))
 

@@ -2,7 +2,8 @@
 
 One update cycle (every ``update_freq_s``, or on demand):
 write the queued telemetry to the store -> feed the rows after the watermark to the policy, the
-prefix archive and the guardrail statistics (:mod:`tailor.manager.feed`) -> rollback tests ->
+prefix archive and the guardrail statistics (:mod:`tailor.manager.feed`) -> rollback tests (of the policy's
+incumbents, and under an operator's override of the table edges serve: :meth:`Manager._watch_override`) ->
 ``policy.plan(now)`` -> guardrails -> publish when the table changed (new version, audit entry) ->
 retention -> snapshot of the learned state (atomic). The API calls :meth:`Manager.ingest` and reads
 :attr:`Manager.current`; the demo (agent/edge in namespaces) plugs in through the same HTTP API.
@@ -24,7 +25,8 @@ from tailor.grouping import PrefixArchive
 from tailor.manager import publish as pub
 from tailor.manager.config import ManagerConfig
 from tailor.manager.feed import Feeder, SiteFilter
-from tailor.manager.guardrails import GuardConfig, GuardState, apply_guardrails, check_rollbacks
+from tailor.manager.guardrails import (GuardConfig, GuardState, apply_guardrails, check_override, check_rollbacks,
+                                       move_to_default)
 from tailor.manager.ingest import IngestQueue, IngestResult, ingest
 from tailor.manager.logs import log
 from tailor.manager.metrics import Metrics
@@ -136,6 +138,7 @@ class Manager:
             params = dict(self.cfg.policy_params)
             self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None
+            self.override_findings = []
             self.sites, self._policy_choices = self._new_sites(), None
         else:
             if state.get("signature") != self._signature():
@@ -157,7 +160,8 @@ class Manager:
     def _state_bytes(self) -> bytes:
         return pickle.dumps({"format": STATE_FORMAT, "signature": self._signature(), "policy": self.policy,
                              "archive": self.archive, "guard": self.guard, "fed_seq": self.fed_seq,
-                             "override_until": self.override_until, "sites": self.sites,
+                             "override_until": self.override_until, "override_findings": self.override_findings,
+                             "sites": self.sites,
                              "policy_choices": self.feeder.policy_choices},
                             protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -169,6 +173,7 @@ class Manager:
     def _adopt(self, state: dict) -> None:
         self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
         self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
+        self.override_findings = state.get("override_findings") or []  # state written before 2026-12-07 has none
         self.sites = state.get("sites") or self._new_sites()  # state written before SNI admission has none
         self._policy_choices = state.get("policy_choices")  # state written before 2026-12-06 has none
 
@@ -184,8 +189,11 @@ class Manager:
             self.feeder.set_policy_table(self.current.doc)
 
     def _rollback_state(self) -> None:
-        """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy)."""
+        """Back to the learned state of the last good snapshot (a failed cycle may have half-fed the policy). The
+        override's findings stay: they were audited and counted, and the table an ``apply`` published stays too."""
+        findings = self.override_findings
         self._adopt(pickle.loads(self._good_state))
+        self.override_findings = findings
         self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher)
         self._set_policy_table()
 
@@ -338,6 +346,7 @@ class Manager:
         with self._cycle_lock:
             now = self.clock()
             self.override_until = now + hold_s if hold_s > 0 else math.inf
+            self.override_findings = []  # a new override is watched afresh
             published = self._publish(table, "operator", actor, "override", reason or "operator override", now)
             self.snapshot()
         return published
@@ -366,7 +375,7 @@ class Manager:
 
     def clear_override(self, actor: str, reason: str) -> None:
         with self._cycle_lock:
-            self.override_until = None
+            self.override_until, self.override_findings = None, []
             self.store.audit(self.clock(), self.current.version, actor, "release", reason or "override released")
             self.snapshot()
 
@@ -418,6 +427,7 @@ class Manager:
         report = self.feeder.feed(rows, self.current.resolver())
         self.fed_seq = max(self.fed_seq, report.last_seq)
         events = check_rollbacks(self.guard, self.guard_cfg, self.current.doc["default"])
+        regressions = self._watch_override(now) if self.override_active(now) else []
         self.policy.plan(now, compile=False)
         planned = compile_table(self.policy, now, 1, self.archive, self.feeder.place_of)
         self.feeder.set_policy_table(planned)
@@ -432,7 +442,9 @@ class Manager:
         deleted = self.store.delete_before(now - self.cfg.retention_days * 86400.0)
         self.store.save_prefixes(self.archive)
         duration = time.perf_counter() - started
-        summary = self._summarize(report, published, len(events), deleted, duration)
+        applied = self.cfg.override_rollback == "apply" and bool(regressions)
+        summary = self._summarize(report, published or applied, len(events) + (len(regressions) if applied else 0),
+                                  deleted, duration)
         self._record(now, summary, report)
         self.snapshot()
         self.metrics.not_guarded.labels("foreign_config").inc(report.foreign)
@@ -448,7 +460,7 @@ class Manager:
         if self.override_active(now):
             return False
         if self.override_until is not None:  # a timed override expired
-            self.override_until = None
+            self.override_until, self.override_findings = None, []
             self.store.audit(now, self.current.version, "manager", "release", "override hold expired")
         if pub.content_key(table) == self.current.key:
             return False
@@ -463,6 +475,41 @@ class Manager:
             reason = f"{reason}; ope-gate: {why}"
         self._publish(table, "policy", "manager", "publish", reason, now)
         return True
+
+    def _watch_override(self, now: float) -> list[dict]:
+        """The rollback test on the operator's pinned table (:func:`check_override`). Each (group, configuration) it
+        finds is reported once per override: an audit entry ``override-regression`` (actor ``guardrail``),
+        ``tailor_override_regressions_total``, a warning log line, and /healthz while the override stands. With
+        ``--override-rollback apply`` the configurations also lose their mass to the default in their groups and the
+        table is republished (origin operator, audited ``rollback``), still pinned; by default the table is the
+        operator's and stays as it is."""
+        doc = self.current.doc
+        seen = {(f["group"], f["config"]) for f in self.override_findings}
+        found = check_override(doc, self.guard, self.guard_cfg, seen)
+        if not found:
+            return []
+        apply = self.cfg.override_rollback == "apply"
+        if apply:  # first: when the publication fails (the cycle fails), nothing is recorded and the next cycle retries
+            drop: dict[str, set[str]] = {}
+            for e in found:
+                drop.setdefault(e["group"], set()).add(e["config"])
+            groups = [dict(g, choices=move_to_default(g["choices"], drop[g["id"]], doc["default"]))
+                      if g["id"] in drop else g for g in doc["groups"]]
+            table = {k: v for k, v in doc.items() if k not in ("version", "generated_at", "valid_for_s")}
+            reason = "; ".join(f"{e['group']}: {e['reason']}" for e in found[:20])
+            more = f"; and {len(found) - 20} more" if len(found) > 20 else ""
+            self._publish(dict(table, groups=groups), "operator", "guardrail", "rollback",
+                          f"{reason}{more} (operator's override, still pinned)", now)
+        then = ("its mass moved to the default (--override-rollback apply)" if apply
+                else "the pinned table serves it unchanged (--override-rollback alert)")
+        for e in found:
+            e.update(version=doc["version"], at=now, action="apply" if apply else "alert")
+            self.override_findings.append(e)
+            self.metrics.override_regressions.inc()
+            self.store.audit(now, doc["version"], "guardrail", "override-regression", f"{e['reason']}; {then}")
+            log("override.regression", logging.WARNING, group=e["group"], config=e["config"], slower=e["slower"],
+                n=e["n"], n_holdback=e["n_holdback"], version=doc["version"], action=e["action"])
+        return found
 
     def _ope_check(self, table: dict, now: float) -> tuple[bool, str]:
         """``tailor.ope.ope_gate`` on SNIPS estimates (cluster-robust intervals by client cohort) of the candidate and
@@ -510,7 +557,9 @@ class Manager:
                                 pub.group_rows(self.current.doc, self.guard, now))
 
     def health_report(self) -> dict:
-        """/healthz: "ok", or "degraded" with the problems (a failed store write, a failed cycle)."""
+        """/healthz: "ok", or "degraded" with the problems (a failed store write, a failed cycle, edges not on the
+        current table, an override serving a configuration slower than holdback); ``override_regressions``: what the
+        rollback test found in the pinned override table (empty without an override)."""
         problems = []
         if self.store.last_error:
             problems.append(f"store write failing: {self.store.last_error}")
@@ -520,9 +569,17 @@ class Manager:
         alert = self.edges_report()["alert"]
         if alert:
             problems.append(alert)
+        findings = self.override_findings if self.override_active(self.clock()) else []
+        served = [f for f in findings if f["action"] == "alert"]
+        if served:
+            listed = "; ".join(f"{f['config']} in {f['group']} +{100 * f['slower']:.1f}%" for f in served[:5])
+            problems.append(f"override table serves {len(served)} group configuration(s) significantly slower than "
+                            f"holdback: {listed}{' ...' if len(served) > 5 else ''} (--override-rollback alert; "
+                            f"audit 'override-regression')")
         out = {"status": "degraded" if problems else "ok", "version": self.current.version,
                "queue_records": len(self.queue), "store_write_failures": self.store.write_failures,
-               "cycles_failed": h.cycles_failed, "quarantined_records": h.quarantined}
+               "cycles_failed": h.cycles_failed, "quarantined_records": h.quarantined,
+               "override_regressions": [_finding(f) for f in findings[:MAX_HEALTH_FINDINGS]]}
         if problems:
             out["problems"] = problems
         return out
@@ -579,6 +636,14 @@ def ope_logs(store: Store, since: float, limit: int = OPE_MAX_RECORDS):
     lo, hi = BOUNDS["done_ms"]
     return Logs(list(client), [x or None for x in sni], [x or None for x in device], list(config), list(prob),
                 [min(max(d, lo), hi) for d in done])
+
+
+MAX_HEALTH_FINDINGS = 20  # /healthz lists at most this many of the override's findings (all are in the audit log)
+
+
+def _finding(f: dict) -> dict:
+    return {"group": f["group"], "config": f["config"], "slower": round(f["slower"], 4), "n": f["n"],
+            "n_holdback": f["n_holdback"], "version": f["version"], "action": f["action"]}
 
 
 def _nan_none(x: float) -> float | None:

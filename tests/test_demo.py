@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -188,18 +190,28 @@ def test_demo_interrupted_cleans_up(tmp_path):
 NO_SUCH_KEY = "net.ipv4.tailor_no_such_key"
 
 
-def test_a_setting_the_kernel_refuses_is_one_error_naming_namespace_setting_and_stderr(monkeypatch):
+def test_a_setting_the_kernel_refuses_is_one_error_naming_namespace_setting_and_stderr(monkeypatch, tmp_path):
     """World.netns's sysctls go through world.sysctl: a refused one (here a key the kernel does not have) stops the demo
-    with one error naming the namespace, the setting and sysctl's stderr; so does a program that is missing. (Until
-    2026-12-08 their exit codes were ignored; found by review.) Unit level: the real sysctl, run in this process's own
-    namespace (no root needed: the write fails before anything is set)."""
+    with one error naming the namespace, the setting and the shell's stderr; so does a program that is missing. (Until
+    2026-12-07 their exit codes were ignored; found by review.) Unit level: the real write to /proc/sys (by sh, no
+    sysctl program: minimal hosts have no procps), run in this process's own namespace (no root needed: the write
+    fails before anything is set); a key that is no sysctl key's spelling is refused before anything runs."""
     monkeypatch.setattr(demo_world, "in_netns", lambda ns: [])
+    bin_ = tmp_path / "bin"  # a host without procps: sh and cat only
+    bin_.mkdir()
+    for prog in ("sh", "cat"):
+        (bin_ / prog).symlink_to(shutil.which(prog))
+    monkeypatch.setenv("PATH", str(bin_))
     with pytest.raises(DemoError) as err:
         demo_world.sysctl("tdm-unit-srv", NO_SUCH_KEY, "1")
     msg = str(err.value)
     print(msg)
     assert "namespace tdm-unit-srv" in msg and f"{NO_SUCH_KEY}=1" in msg
-    assert "cannot stat" in msg or "No such file" in msg, msg  # sysctl's own stderr
+    assert "sysctl" not in msg.replace(NO_SUCH_KEY, "") and "/proc/sys/net/ipv4/tailor_no_such_key" in msg, msg
+    assert re.search(r"cannot create|No such file|Directory nonexistent|Permission denied", msg), msg  # sh's stderr
+    for bad in ("net/../../etc/x", "net.ipv4.x; reboot", ""):
+        with pytest.raises(DemoError, match="not a sysctl key"):
+            demo_world.sysctl("tdm-unit-srv", bad, "1")
     with pytest.raises(DemoError, match="namespace tdm-unit-srv: probing: `tailor-no-such-program-x` failed"):
         demo_world.ns_run("tdm-unit-srv", "probing", "tailor-no-such-program-x")
 
@@ -215,10 +227,10 @@ def test_namespace_sysctls_are_set_and_checked_in_a_real_namespace(tmp_path):
         for key, value in demo_world.NETNS_SYSCTLS:
             if key.startswith("net.ipv6.") and not Path("/proc/sys/net/ipv6").exists():
                 continue
-            got = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n", key], capture_output=True, text=True,
-                                 timeout=10)
+            got = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/sys/" + key.replace(".", "/")],
+                                 capture_output=True, text=True, timeout=10)
             assert (got.returncode, got.stdout.strip()) == (0, value), (key, got.stderr)
-        with pytest.raises(DemoError, match=f"namespace {ns}: setting {NO_SUCH_KEY}=1: .*(cannot stat|No such file)"):
+        with pytest.raises(DemoError, match=f"namespace {ns}: setting {NO_SUCH_KEY}=1: .*(cannot create|No such file|nonexistent)"):
             demo_world.sysctl(ns, NO_SUCH_KEY, "1")
     finally:
         problems = w.close()

@@ -612,8 +612,9 @@ def test_a_signing_key_is_created_whole_and_a_concurrent_creators_key_wins(tmp_p
 
 
 # -- slow clients: the HTTP server's connection cap and header/body deadlines (tailor.manager.httpserver)
-HEADER_S, BODY_S, MAX_CONN = 1.0, 1.5, 6  # short deadlines through the manager's own flags
+HEADER_S, BODY_S, WRITE_S, MAX_CONN = 1.0, 1.5, 1.5, 6  # short deadlines through the manager's own flags
 MARGIN_S = 1.5  # a slow socket must be closed by its deadline plus this
+FILL_S = 6.0  # time the manager takes to fill the kernel's socket buffers with answers nobody reads (measured ~1-2 s)
 
 
 @pytest.fixture(scope="module")
@@ -623,7 +624,8 @@ def slow_manager(tmp_path_factory):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = _manager_proc(tmp / "data", port, tmp / "manager.log", "--header-timeout", str(HEADER_S),
-                         "--body-timeout", str(BODY_S), "--max-connections", str(MAX_CONN))
+                         "--body-timeout", str(BODY_S), "--write-timeout", str(WRITE_S),
+                         "--max-connections", str(MAX_CONN))
     try:
         _wait_up(url, proc)
         yield port, url, tmp / "manager.log"
@@ -677,7 +679,7 @@ def _trickle_until_closed(socks: list[socket.socket], pattern: bytes, t0: float,
 
 def test_slow_request_headers_are_cut_off_at_the_deadline_while_others_are_served(slow_manager):
     """Slowloris: connections sending a request's headers one byte at a time are answered 408 and closed at
-    --header-timeout (counted), while a well-behaved client is served meanwhile. (Until 2026-12-08 uvicorn had no
+    --header-timeout (counted), while a well-behaved client is served meanwhile. (Until 2026-12-07 uvicorn had no
     header timeout and they kept their sockets for good; found by review.)"""
     port, url, log = slow_manager
     before = _refused(url, "header_timeout")
@@ -776,9 +778,260 @@ def test_connections_beyond_the_cap_are_closed_at_accept_and_counted(slow_manage
     assert _refused(url, "connections") - before >= 1
 
 
+def test_clients_that_take_no_answers_are_dropped_at_the_write_deadline(slow_manager):
+    """Slow readers: --max-connections clients pipelining ``GET /metrics`` (no credential) and reading nothing fill
+    the server; once the kernel's socket buffers are full the server waits on them, and each is aborted after
+    --write-timeout (counted write_timeout, no error logged), its slot freed: a well-behaved client is served again.
+    (Until 2026-12-07 no deadline ran while the server wrote: the application waited on uvicorn's drain for good and
+    the cap refused everyone; found by review.)"""
+    port, url, log = slow_manager
+    before = _refused(url, "write_timeout")
+    pipeline = b"GET /metrics HTTP/1.1\r\nHost: manager\r\n\r\n" * 2000  # answers: ~13 MB, more than any buffer takes
+    socks = []
+    served_after = None
+    try:
+        for _ in range(MAX_CONN):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.settimeout(5)
+            s.connect(("127.0.0.1", port))
+            s.sendall(pipeline)
+            socks.append(s)
+        t0 = time.monotonic()
+        probes = []
+        for _ in range(int((FILL_S + WRITE_S + MARGIN_S) / 0.2) + 1):  # bounded in count and in time
+            if time.monotonic() - t0 > FILL_S + WRITE_S + MARGIN_S:
+                break
+            try:
+                ok = httpx.get(url + "/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError as err:
+                ok = False
+                probes.append(type(err).__name__)
+            if ok:
+                served_after = time.monotonic() - t0
+                break
+            time.sleep(0.2)
+        all_after = None
+        while served_after is not None and time.monotonic() - t0 <= FILL_S + WRITE_S + MARGIN_S:  # bounded in time
+            if _refused(url, "write_timeout") - before >= MAX_CONN:
+                all_after = time.monotonic() - t0
+                break
+            time.sleep(0.2)
+    finally:
+        for s in socks:
+            s.close()
+    print(f"{MAX_CONN} slow readers: a well-behaved client served again after", served_after, "s, all of them dropped "
+          "after", all_after, "s; refused before:", probes[:3], "...", len(probes))
+    assert probes, "the slow readers never filled the server (nothing to test)"
+    assert served_after is not None, f"slow readers held every slot for {FILL_S + WRITE_S + MARGIN_S} s"
+    assert all_after is not None, f"not all {MAX_CONN} slow readers were dropped within {FILL_S + WRITE_S + MARGIN_S} s"
+    time.sleep(0.3)
+    text = log.read_text(errors="replace")
+    assert "unhandled error" not in text and "Exception in ASGI application" not in text, text[-3000:]
+
+
+class _FakeTransport:
+    """What BoundedH11Protocol uses of an asyncio transport, its write buffer a byte count the test drains."""
+
+    def __init__(self, loop, protocol):
+        self.loop, self.protocol = loop, protocol
+        self.buffered, self.closing, self.aborted = 0, False, False
+
+    def write(self, data):
+        self.buffered += len(data)
+
+    def get_write_buffer_size(self):
+        return self.buffered
+
+    def is_closing(self):
+        return self.closing
+
+    def close(self):
+        self.closing = True
+
+    def abort(self):
+        self.closing = self.aborted = True
+        self.loop.call_soon(self.protocol.connection_lost, None)
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+def test_the_write_deadline_waits_on_a_stalled_client_only(tmp_path):
+    """Unit level (a fake transport): the write deadline runs while the transport has paused writing or was closed
+    with output buffered; a client taking less than WRITE_PROGRESS_BYTES in --write-timeout is aborted (counted), one
+    taking more gets another period, resume_writing ends it, a close with nothing buffered arms nothing."""
+    import asyncio
+
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from tailor.manager import httpserver
+    from tailor.manager.metrics import Metrics
+
+    progress = getattr(httpserver, "WRITE_PROGRESS_BYTES", 64 * 1024)
+    w = 0.3
+    metrics = Metrics()
+
+    async def app(scope, receive, send):
+        raise AssertionError("no request in this test")
+
+    config = uvicorn.Config(app, **httpserver.uvicorn_settings(cfg(tmp_path, write_timeout_s=w), metrics))
+    state = ServerState()
+
+    async def scenario(what: str) -> tuple[bool, float]:
+        loop = asyncio.get_running_loop()
+        proto = config.http(config=config, server_state=state, app_state={}, _loop=loop)
+        fake = _FakeTransport(loop, proto)
+        proto.connection_made(fake)
+        t0 = loop.time()
+        if what == "close-empty":
+            proto.transport.close()
+        elif what == "close-buffered":
+            proto.transport.write(b"x" * 10_000)  # below the high-water mark: never paused
+            proto.transport.close()
+        else:
+            proto.transport.write(b"x" * 300_000)
+            proto.pause_writing()
+        if what == "paused-taking":  # takes 1.2 x the minimum per period, twice; then stalls
+            for _ in range(2):
+                await asyncio.sleep(w * 0.9)
+                fake.buffered -= int(progress * 1.2)
+        elif what == "paused-resumed":
+            await asyncio.sleep(w * 0.5)
+            fake.buffered = 1000
+            proto.resume_writing()
+        for _ in range(15):  # bounded: 1.5 s
+            if fake.aborted:
+                break
+            await asyncio.sleep(0.1)
+        lost_after = loop.time() - t0
+        if not fake.aborted:
+            proto.connection_lost(None)
+        return fake.aborted, lost_after
+
+    got = {what: asyncio.run(scenario(what)) for what in ("paused-stalled", "paused-taking", "paused-resumed",
+                                                          "close-buffered", "close-empty")}
+    print({k: (a, round(t, 2)) for k, (a, t) in got.items()})
+    assert got["paused-stalled"][0] and w <= got["paused-stalled"][1] <= w + 0.3
+    assert got["paused-taking"][0] and 3 * w <= got["paused-taking"][1] <= 3 * w + 0.4  # two more periods, then cut
+    assert got["close-buffered"][0] and w <= got["close-buffered"][1] <= w + 0.3
+    assert not got["paused-resumed"][0] and not got["close-empty"][0]
+    assert metrics.http_refused.labels("write_timeout")._value.get() == 3
+    assert len(state.connections) == 0
+
+
+def test_a_tls_connection_refused_at_the_cap_reaches_no_application(tmp_path, caplog):
+    """Over TLS, asyncio hands a connection to the protocol once its handshake is done; one over the cap is aborted
+    there, and a request sent with the handshake's last flight reaches no application (until 2026-12-07 the refusal's
+    close() delivered it: the application ran it with no transport and logged AttributeError; found by review). A
+    refused protocol ignores data and end-of-file."""
+    import asyncio
+    import ssl
+
+    import uvicorn
+
+    from tailor.manager.httpserver import uvicorn_settings
+    from tailor.manager.metrics import Metrics
+
+    cert, key = _self_signed(tmp_path)
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    metrics = Metrics()
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", ssl_certfile=str(cert),
+                            ssl_keyfile=str(key), **uvicorn_settings(cfg(tmp_path, max_connections=1), metrics))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    ctx = ssl.create_default_context(cafile=str(cert))
+    closed = reply = None
+    try:
+        end = time.monotonic() + 20
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
+            time.sleep(0.05)
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
+                             server_hostname="127.0.0.1") as held:
+            end = time.monotonic() + 5
+            while metrics.http_connections._value.get() < 1:
+                assert time.monotonic() < end, "the first TLS connection was not counted"
+                time.sleep(0.02)
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:  # TLS in memory: the request
+                incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()          # goes with the client's Finished
+                tls = ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+                for _ in range(20):
+                    try:
+                        tls.do_handshake()
+                        break
+                    except ssl.SSLWantReadError:
+                        if outgoing.pending:
+                            sock.sendall(outgoing.read())
+                        incoming.write(sock.recv(65536))
+                finished = outgoing.read()
+                tls.write(b"GET /refused-but-served HTTP/1.1\r\nHost: manager\r\n\r\n")
+                sock.sendall(finished + outgoing.read())
+                end = time.monotonic() + 5
+                while closed is None and time.monotonic() < end:
+                    try:
+                        if sock.recv(65536) == b"":
+                            closed = "eof"
+                    except OSError as err:
+                        closed = type(err).__name__
+            time.sleep(0.3)  # what the old close() delivered ran by now
+            held.sendall(b"GET /held HTTP/1.1\r\nHost: manager\r\n\r\n")
+            reply = held.recv(4096)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+    print("refused TLS connection:", closed, "; the application ran:", seen)
+    assert closed is not None, "the connection over the cap was kept"
+    assert seen == ["/held"] and reply.startswith(b"HTTP/1.1 200 "), (seen, reply)
+    assert metrics.http_refused.labels("connections")._value.get() == 1
+    assert "Exception in ASGI application" not in caplog.text and "AttributeError" not in caplog.text, caplog.text
+
+    class _Taken:  # unit level: a refused protocol ignores what arrives, and is aborted, not closed
+        aborted = closed_ = False
+
+        def abort(self):
+            self.aborted = True
+
+        def close(self):
+            self.closed_ = True
+
+    async def refused():
+        proto = config.http(config=config, server_state=server.server_state, app_state={},
+                                           _loop=asyncio.get_running_loop())
+        server.server_state.connections.add(object())  # the cap (1) is full
+        t = _Taken()
+        proto.connection_made(t)
+        proto.data_received(b"GET /refused-unit HTTP/1.1\r\nHost: manager\r\n\r\n")
+        proto.eof_received()
+        proto.pause_writing()
+        proto.resume_writing()
+        proto.connection_lost(None)
+        await asyncio.sleep(0.05)
+        return t, len(server.server_state.tasks)
+
+    t, tasks = asyncio.run(refused())
+    assert t.aborted and not t.closed_ and tasks == 0 and "/refused-unit" not in seen
+
+
 def test_the_test_server_has_the_same_bounds(tmp_path):
     """tailor.manager.testing.LiveServer runs with the real server's settings (one function); bad bounds are refused."""
-    for bad in ({"header_timeout_s": 0}, {"body_timeout_s": float("inf")}, {"max_connections": 0}):
+    for bad in ({"header_timeout_s": 0}, {"body_timeout_s": float("inf")}, {"max_connections": 0},
+                {"write_timeout_s": float("nan")}):
         with pytest.raises(ParameterError, match=next(iter(bad))):
             cfg(tmp_path, **bad)
     app = create_app(cfg(tmp_path, header_timeout_s=0.5))

@@ -10,6 +10,7 @@ of a given prefix, for tests.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,7 +52,7 @@ def in_netns(ns: str) -> list[str]:
 
 def ns_run(ns: str, what: str, *cmd: str, timeout_s: float = 10.0) -> subprocess.CompletedProcess:
     """``cmd`` run inside namespace ``ns``, checked: a non-zero exit, a timeout or a missing program is one
-    :class:`DemoError` naming the namespace, ``what`` the command was for, and its stderr. (Until 2026-12-08 the
+    :class:`DemoError` naming the namespace, ``what`` the command was for, and its stderr. (Until 2026-12-07 the
     demo ignored its namespaces' sysctl exit codes: a refused setting gave a demo measuring something else.)"""
     res = _run([*in_netns(ns), *cmd], timeout_s)
     if res.returncode != 0:
@@ -60,11 +61,20 @@ def ns_run(ns: str, what: str, *cmd: str, timeout_s: float = 10.0) -> subprocess
     return res
 
 
+SYSCTL_KEY = re.compile(r"[A-Za-z0-9_\-]+(?:[./][A-Za-z0-9_\-]+)*")
+
+
 def sysctl(ns: str, key: str, value: str) -> None:
     """Set sysctl ``key`` to ``value`` in namespace ``ns`` and read it back (a kernel may take a write and keep
-    another value); either failing is one DemoError naming the namespace, the setting and sysctl's stderr."""
-    ns_run(ns, f"setting {key}={value}", "sysctl", "-q", "-w", f"{key}={value}")
-    got = ns_run(ns, f"reading {key} back", "sysctl", "-n", key).stdout.strip()
+    another value); either failing is one DemoError naming the namespace, the setting and the shell's stderr.
+
+    Writes and reads ``/proc/sys/<key>`` inside the namespace with ``sh`` (no ``sysctl`` program: minimal hosts
+    have no procps); a key's dots are the path's slashes, as sysctl spells them (a slash in a key is a dot)."""
+    if not SYSCTL_KEY.fullmatch(key):
+        raise DemoError(f"namespace {ns}: setting {key}={value}: not a sysctl key")
+    path = "/proc/sys/" + key.translate(str.maketrans("./", "/."))
+    got = ns_run(ns, f"setting {key}={value}", "sh", "-c", 'printf %s "$2" > "$1" && cat "$1"', "sh", path,
+                 value).stdout.strip()
     if got.split() != value.split():
         raise DemoError(f"namespace {ns}: setting {key}={value}: the kernel kept {got!r}")
 

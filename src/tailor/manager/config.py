@@ -46,11 +46,14 @@ class ManagerConfig:
     queue_records: int = 500_000  # bounded in-memory ingest queue (records); overflow is dropped and counted
     max_wait_s: float = 60.0  # cap of the long-poll ?wait=
     ack_timeout_s: float = 10.0  # a telemetry reply waits this long for its batch to be durable, else 503
-    # the HTTP server's bounds (tailor.manager.httpserver): open connections (one more is closed at accept), and the
-    # time a client has for a request's headers (from accept or the previous response) and for its body (408, closed)
+    # the HTTP server's bounds (tailor.manager.httpserver): open connections (one more is closed at accept), the
+    # time a client has for a request's headers (from accept or the previous response) and for its body (408, closed),
+    # and the time a client the server waits on (output above the high-water mark, or a close with output buffered)
+    # has to take at least 64 KiB of it (else aborted)
     max_connections: int = 1024
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0
     valid_for_s: float = 3600.0
     policy_params: tuple[tuple[str, Any], ...] = ()  # extra policy parameters, e.g. (("epsilon", 0.3),)
     # publish a learned table only when its off-policy estimate (SNIPS over the telemetry of the last ope_window_s
@@ -86,6 +89,8 @@ class ManagerConfig:
               "a finite number > 0", self.header_timeout_s)
         check(math.isfinite(self.body_timeout_s) and self.body_timeout_s > 0, own, "body_timeout_s",
               "a finite number > 0", self.body_timeout_s)
+        check(math.isfinite(self.write_timeout_s) and self.write_timeout_s > 0, own, "write_timeout_s",
+              "a finite number > 0", self.write_timeout_s)
         check(self.ope_window_s > 0, own, "ope_window_s", "> 0", self.ope_window_s)
         check(self.ope_tolerance >= 0, own, "ope_tolerance", ">= 0", self.ope_tolerance)
         check(0 <= self.ope_max_unsupported < 1, own, "ope_max_unsupported", "in [0, 1)", self.ope_max_unsupported)

@@ -1,24 +1,35 @@
 """The manager's HTTP server settings: one function, :func:`uvicorn_settings`, used by ``tailor manager``
 (tailor.manager.server) and by the test server (tailor.manager.testing), so both run with the same bounds.
 
-uvicorn 0.54 alone bounds neither the connections nor the time a client takes to send a request: no header or
-body timeout, and ``limit_concurrency`` answers 503 only once a request's headers have arrived, so it neither
-closes a slow connection nor refuses one at accept; once slow connections reach it, every client's request is
-answered 503 while they keep their sockets (found by review, 2026-12-08: a client sending a header byte every few
-seconds, or a Content-Length and then a trickled body, kept its socket and task for good). So the manager runs
-uvicorn's h11 protocol with three bounds of its own (:class:`BoundedH11Protocol`):
+uvicorn 0.54 alone bounds neither the connections nor the time a client takes to send a request or to take its
+answer: no header, body or write timeout, and ``limit_concurrency`` answers 503 only once a request's headers have
+arrived, so it neither closes a slow connection nor refuses one at accept; once slow connections reach it, every
+client's request is answered 503 while they keep their sockets (found by review, 2026-12-07: a client sending a
+header byte every few seconds, or a Content-Length and then a trickled body, kept its socket and task for good). So
+the manager runs uvicorn's h11 protocol with four bounds of its own (:class:`BoundedH11Protocol`):
 
-* at most ``max_connections`` open connections: one more is closed at accept, before anything is read;
+* at most ``max_connections`` open connections: one more is aborted at accept, before anything is read (over TLS,
+  once its handshake is done: whatever it sent with its handshake is dropped, never handed to the application);
 * a request's headers must be complete within ``header_timeout_s`` of the connection's accept or the end of the
   previous response on it (idle keep-alive connections are closed after uvicorn's 5 s keep-alive timeout);
-* a request's body must be complete within ``body_timeout_s`` of the end of its headers.
+* a request's body must be complete within ``body_timeout_s`` of the end of its headers;
+* a client must take what the server writes: while the server waits on it (the connection's write buffer above its
+  high-water mark, so the application's next send waits, or the connection closed with output still buffered), it
+  must take at least ``WRITE_PROGRESS_BYTES`` of it every ``write_timeout_s``, else the connection is aborted. (Until
+  2026-12-07 no deadline ran while a response was written, and asyncio's ``close()`` waits for the buffer to
+  drain for good: a client pipelining ``GET /healthz`` and reading nothing held its connection, and once the cap was
+  reached everyone was refused; found by review.)
 
-A connection past a deadline is answered ``408 Request Timeout`` (when part of a request has arrived and no response
-has started; an idle one is closed without a word) and closed. Every
-refusal is counted in ``tailor_http_refused_connections_total{reason="connections"|"header_timeout"|
-"body_timeout"}``; ``tailor_http_connections`` is the number open. What these bounds do not cover: a TLS handshake
-(asyncio's own 60 s handshake timeout applies; a connection is counted only once its handshake is done) and the
-time the application takes to answer (its own bounds: the long-poll's ``max_wait_s``, the telemetry ack timeout).
+A connection past a header or body deadline is answered ``408 Request Timeout`` (when part of a request has arrived
+and no response has started; an idle one is closed without a word) and closed, the write deadline then bounding
+its close. Every refusal is counted in ``tailor_http_refused_connections_total{reason="connections"|
+"header_timeout"|"body_timeout"|"write_timeout"}``; ``tailor_http_connections`` is the number open. Pipelined
+requests need no bound of their own: uvicorn stops reading at a pipelined request until the current response is
+done (each read in between, one per receive() of the application, is paused again at once), and a client that
+pipelines and reads nothing meets the write deadline. What these bounds do not cover: a TLS handshake (asyncio's
+own 60 s handshake timeout applies; a connection is counted only once its handshake is done; a TLS close has
+asyncio's own 30 s shutdown timeout) and the time the application takes to answer (its own bounds: the long-poll's ``max_wait_s``, the telemetry ack
+timeout).
 """
 
 from __future__ import annotations
@@ -33,50 +44,138 @@ from tailor.manager.config import ManagerConfig
 KEEP_ALIVE_S = 5  # uvicorn's default: an idle keep-alive connection is closed after this long
 MAX_HEADER_BYTES = 16 * 1024  # h11's default bound of a request line plus headers (larger: 400)
 BACKLOG = 1024  # the listening socket's accept queue (the kernel caps it at net.core.somaxconn)
+WRITE_PROGRESS_BYTES = 64 * 1024  # a client the server waits on takes at least this much per write_timeout_s
+
+
+class _Transport:
+    """A connection's transport as uvicorn sees it: counts the bytes written (so the write deadline can tell a
+    slow client from a stalled one) and, on every ``close()`` (uvicorn's, after a response, a 400, the keep-alive
+    timeout, an application's error or a shutdown, and this module's), starts the write deadline if output is still
+    buffered (asyncio's ``close()`` waits for the buffer to drain, however long that takes)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: BoundedH11Protocol):
+        self._transport = transport
+        self._protocol = protocol
+        self.written = 0
+
+    def write(self, data) -> None:
+        self.written += len(data)
+        self._transport.write(data)
+
+    def writelines(self, list_of_data) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def close(self) -> None:
+        self._transport.close()
+        self._protocol._write_watch()
+
+    def __getattr__(self, name):  # everything else is the transport's own
+        return getattr(self._transport, name)
 
 
 class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a cap on open connections and deadlines for a request's headers and body.
+    """uvicorn's h11 protocol with a cap on open connections, deadlines for a request's headers and body, and a
+    write deadline for the client to take what the server writes.
 
-    A subclass made by :func:`protocol_class` sets ``max_connections``, ``header_timeout_s``, ``body_timeout_s``
-    and ``metrics``; uvicorn makes one instance per connection."""
+    A subclass made by :func:`protocol_class` sets ``max_connections``, ``header_timeout_s``, ``body_timeout_s``,
+    ``write_timeout_s`` and ``metrics``; uvicorn makes one instance per connection."""
 
     max_connections: int = 1024
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0
     metrics = None  # tailor.manager.metrics.Metrics
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._refused = False
+        self._lost = False
         self._phase: str | None = None  # "header" or "body": the part of a request the client is sending
         self._timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+        self._write_mark = 0  # bytes the client had taken when the write deadline was armed
 
     # -- connections
     def connection_made(self, transport) -> None:
         if len(self.connections) >= self.max_connections:  # refused before anything is read, and counted
             self._refused = True
             self._count("connections")
-            transport.close()
+            # abort, not close: a TLS close() would still hand what came with the handshake to data_received
+            transport.abort()
             return
-        super().connection_made(transport)
+        super().connection_made(_Transport(transport, self))
         self._gauge()
         self._watch()
 
     def connection_lost(self, exc) -> None:
         if self._refused:  # never set up: nothing of uvicorn's to tear down
             return
+        self._lost = True
         self._set_timer(None)
+        self._cancel_write_timer()
         super().connection_lost(exc)
         self._gauge()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:  # a refused connection's bytes reach no request
+            return
         super().data_received(data)
         self._watch()
+
+    def eof_received(self) -> None:
+        if self._refused:
+            return
+        super().eof_received()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._watch()
+
+    # -- the write deadline
+    def pause_writing(self) -> None:
+        if self._refused:
+            return
+        super().pause_writing()  # uvicorn's flow control: the application's next send waits
+        self._write_watch()
+
+    def resume_writing(self) -> None:
+        if self._refused:
+            return
+        super().resume_writing()
+        self._cancel_write_timer()
+        self._write_watch()  # closing with output still buffered: the deadline runs on
+
+    def _waiting_on_client(self) -> bool:
+        if self._lost or self.transport is None:
+            return False
+        return self.flow.write_paused or (self.transport.is_closing() and self.transport.get_write_buffer_size() > 0)
+
+    def _taken(self) -> int:
+        """Bytes of the connection's output the client has taken (for TLS, roughly: plaintext written less what
+        is still buffered)."""
+        return self.transport.written - self.transport.get_write_buffer_size()
+
+    def _write_watch(self) -> None:
+        """Arm the write deadline when the server waits on the client (none armed yet)."""
+        if self._write_timer is None and self._waiting_on_client():
+            self._write_mark = self._taken()
+            self._write_timer = self.loop.call_later(self.write_timeout_s, self._write_expired)
+
+    def _cancel_write_timer(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_expired(self) -> None:
+        self._write_timer = None
+        if not self._waiting_on_client():
+            return
+        if self._taken() - self._write_mark >= WRITE_PROGRESS_BYTES:  # slow but taking it: another period
+            self._write_watch()
+            return
+        self._count("write_timeout")
+        self.transport.abort()  # dropped: its buffer with it (connection_lost wakes the application's send)
 
     # -- deadlines
     def _watch(self) -> None:
@@ -113,7 +212,8 @@ class BoundedH11Protocol(H11Protocol):
             text = f"request {phase}s not complete within {limit:g} s\n".encode()
             self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
                                  b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(text), text))
-        self.transport.close()  # the app's pending receive() gets http.disconnect
+        # the app's pending receive() gets http.disconnect; output still buffered: the write deadline bounds the close
+        self.transport.close()
 
     # -- metrics
     def _count(self, reason: str) -> None:
@@ -129,7 +229,7 @@ def protocol_class(cfg: ManagerConfig, metrics) -> type[BoundedH11Protocol]:
     """A :class:`BoundedH11Protocol` with ``cfg``'s bounds, counting into ``metrics``."""
     return type("ManagerH11Protocol", (BoundedH11Protocol,),
                 {"max_connections": cfg.max_connections, "header_timeout_s": cfg.header_timeout_s,
-                 "body_timeout_s": cfg.body_timeout_s, "metrics": metrics})
+                 "body_timeout_s": cfg.body_timeout_s, "write_timeout_s": cfg.write_timeout_s, "metrics": metrics})
 
 
 def uvicorn_settings(cfg: ManagerConfig, metrics) -> dict:

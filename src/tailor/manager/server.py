@@ -60,6 +60,9 @@ def add_arguments(p) -> None:
     p.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a client has for a request's body after its headers; later: 408, closed and counted "
                         "(default 30)")
+    p.add_argument("--write-timeout", type=float, default=30.0,
+                   help="seconds a client the server waits on (its answers piling up unread, or a close with output "
+                        "still buffered) has to take at least 64 KiB of it; later: aborted and counted (default 30)")
     p.add_argument("--ope-gate", action="store_true",
                    help="publish a learned table only when its off-policy estimate from the last hour's telemetry "
                         "(SNIPS upper 95%% confidence bound of the mean completion time) is no worse than the current "
@@ -171,7 +174,7 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          sites=tuple(args.site), site_min_records=args.site_min_records, max_sites=args.max_sites,
                          max_rules=args.max_rules, cohort_salt=args.cohort_salt,
                          max_connections=args.max_connections, header_timeout_s=args.header_timeout,
-                         body_timeout_s=args.body_timeout,
+                         body_timeout_s=args.body_timeout, write_timeout_s=args.write_timeout,
                          ope_gate=bool(getattr(args, "ope_gate", False)),
                          override_rollback=getattr(args, "override_rollback", None) or "alert",
                          geoip_asn=getattr(args, "geoip_asn", None), geoip_region=getattr(args, "geoip_region", None),

@@ -683,7 +683,8 @@ def test_ensure_stream_moves_an_old_stream_to_discard_new(bus):
 
 def test_trimming_removes_only_acknowledged_history(bus):
     """``trim_acknowledged`` removes a partition's messages at or below its consumer's ack floor, once the stream is
-    3/4 full or its oldest message older than a week, and nothing else: not the partition's unacknowledged messages,
+    3/4 full or its oldest message older than a week, and nothing else: not the partition's unacknowledged messages
+    (while any is delivered and not acknowledged, nothing is: nats-server 2.9's purge would reset their redelivery),
     not another partition's (its consumer still delivers every one), so a full stream takes publishes again."""
     from tailor.bus import setup as S
 
@@ -697,22 +698,32 @@ def test_trimming_removes_only_acknowledged_history(bus):
             assert refused == 3
             p0 = sorted(s for s, subj in acked.items() if subj == subjects[0])
             p1 = sorted(s for s, subj in acked.items() if subj == subjects[1])
-            assert await S.trim_acknowledged(nc, js, 0) == 0  # full, but nothing acknowledged yet
+            assert await S.trim_acknowledged(nc, js, 0) == S.Trim()  # full, but nothing acknowledged yet
             sub0 = await js.pull_subscribe_bind(consumer=S.consumer_name(0), stream=S.STREAM)
             msgs = await sub0.fetch(len(p0), timeout=5)
             assert [m.metadata.sequence.stream for m in msgs] == p0
             for m in msgs[:-2]:
                 await m.ack_sync()
-            assert await S.trim_acknowledged(nc, js, 0) == len(p0) - 2  # full: the acknowledged ones go
+            # two delivered and not acknowledged: deferred (test_a_trim_never_costs_an_unacknowledged_message)
+            assert await S.trim_acknowledged(nc, js, 0) == S.Trim(deferred=True)
+            for m in msgs[-2:]:
+                await m.nak()
+            redelivered = await sub0.fetch(2, timeout=5)
+            assert [m.metadata.sequence.stream for m in redelivered] == p0[-2:]
+            assert await S.trim_acknowledged(nc, js, 0) == S.Trim(deferred=True)  # redelivered, not acknowledged
+            for m in redelivered:
+                await m.ack_sync()
+            assert await S.trim_acknowledged(nc, js, 0) == S.Trim(len(p0))  # full: the acknowledged ones go
             st = (await js.stream_info(S.STREAM)).state
-            assert st.messages == len(p1) + 2 and st.bytes < S.TRIM_AT * (64 << 10)
+            assert st.messages == len(p1) and st.bytes < S.TRIM_AT * (64 << 10)
             ack = await js.publish(subjects[1], b"z" * 4000)  # room again
             p1.append(ack.seq)
-            for m in msgs[-2:]:
-                await m.ack_sync()
-            assert await S.trim_acknowledged(nc, js, 0) == 0  # below 3/4 and young: history kept
-            assert await S.trim_acknowledged(nc, js, 0, now=time.time() + S.HISTORY_S + 60) == 2  # a week old
-            assert await S.trim_acknowledged(nc, js, 1, now=time.time() + S.HISTORY_S + 60) == 0  # none acknowledged
+            ack = await js.publish(subjects[0], b"z" * 4000)
+            last = await sub0.fetch(1, timeout=5)
+            await last[0].ack_sync()
+            assert await S.trim_acknowledged(nc, js, 0) == S.Trim()  # below 3/4 and young: history kept
+            assert await S.trim_acknowledged(nc, js, 0, now=time.time() + S.HISTORY_S + 60) == S.Trim(1)  # week old
+            assert await S.trim_acknowledged(nc, js, 1, now=time.time() + S.HISTORY_S + 60) == S.Trim()  # none acked
             sub1 = await js.pull_subscribe_bind(consumer=S.consumer_name(1), stream=S.STREAM)
             got = [m.metadata.sequence.stream for m in await sub1.fetch(len(p1) + 5, timeout=3)]
             assert got == p1, f"partition 1's consumer delivers {got}, {p1} were acknowledged to the publisher"
@@ -764,3 +775,228 @@ def test_a_shard_trims_its_folded_history_and_a_full_stream_takes_telemetry_agai
             await nc.close()
 
     bus.run(scenario())
+
+
+
+# -- a trim never costs an unacknowledged message; nothing is stored that no consumer reads (2026-12-07, review)
+
+async def _fetch_msgs(sub, n: int, timeout: float = 3.0) -> list:
+    """Up to ``n`` messages the pull subscription is delivered within ``timeout`` (none: [])."""
+    import nats
+
+    out, deadline = [], time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < deadline:
+        try:
+            out += await sub.fetch(n - len(out), timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+        except (nats.errors.TimeoutError, TimeoutError):
+            continue
+    return out
+
+
+def _seqs(msgs) -> list[int]:
+    return [m.metadata.sequence.stream for m in msgs]
+
+
+def test_a_trim_never_costs_an_unacknowledged_message(bus):
+    """nats-server 2.9's filtered purge resets the delivered-but-unacknowledged list of the consumer it matches.
+    Until 2026-12-07 a trim while ``part-0`` had messages out (nak'd on an ingest 503, a crashed owner's in flight)
+    lost them: never redelivered, the next acknowledgement moved the ack floor past them and the next trim deleted
+    them (found by review). The trim now waits until nothing is outstanding; what was out is redelivered after the
+    ack wait and removed only once acknowledged."""
+    from tailor.bus import setup as S
+
+    async def go():
+        nc, js = await _conn(bus)
+        try:
+            await S.ensure_stream(js, max_bytes=1 << 20)
+            await S.ensure_consumers(js, 1, ack_wait_s=1.0)
+            subj = S.tel_subject("default", 0)
+            seqs = [(await js.publish(subj, b"m%d" % i, headers={"Nats-Msg-Id": f"e/n/{i}"})).seq for i in range(5)]
+            sub = await js.pull_subscribe_bind(consumer=S.consumer_name(0), stream=S.STREAM)
+            msgs = await sub.fetch(5, timeout=3)
+            for m in msgs[:3]:
+                await m.ack_sync()
+            week = time.time() + S.HISTORY_S + 60  # the age trigger (a 3/4-full stream takes the same path)
+            first = await S.trim_acknowledged(nc, js, 0, now=week)
+            ack = await js.publish(subj, b"m5", headers={"Nats-Msg-Id": "e/n/5"})  # a new batch
+            await asyncio.sleep(1.5)  # past the ack wait
+            got = {m.metadata.sequence.stream: m for m in await _fetch_msgs(sub, 3)}
+            assert sorted(got) == seqs[3:] + [ack.seq], (
+                f"trim {first}: {seqs[3:]} were delivered and not acknowledged; delivered after the ack wait: "
+                f"{sorted(got)}")
+            assert first == S.Trim(deferred=True)
+            await got.pop(ack.seq).ack_sync()  # 4 and 5 still out: deferred again, both stay stored
+            assert await S.trim_acknowledged(nc, js, 0, now=week) == S.Trim(deferred=True)
+            assert [(await js.get_msg(S.STREAM, seq=s)).data for s in seqs[3:]] == [b"m3", b"m4"]
+            for m in got.values():
+                await m.ack_sync()
+            assert await S.trim_acknowledged(nc, js, 0, now=week) == S.Trim(6)  # all acknowledged: all go
+            assert (await js.stream_info(S.STREAM)).state.messages == 0
+        finally:
+            await nc.close()
+
+    bus.run(go())
+
+
+class _RacingConnection:
+    """A connection whose stream purge is preceded by ``before()`` (a pull by another client in the trim's window)."""
+
+    def __init__(self, nc, before):
+        self.nc, self.before = nc, before
+
+    async def request(self, subject, payload=b"", timeout=5):
+        if ".STREAM.PURGE." in subject:
+            await self.before()
+        return await self.nc.request(subject, payload, timeout=timeout)
+
+
+def test_a_pull_racing_a_trim_gets_its_messages_delivered_again(bus):
+    """The trim reads the consumer (nothing outstanding) and then purges; a pull by another client in between (a
+    shard paused past its lease that wakes up) would have its delivery wiped from the pending list by the purge and
+    never redelivered. The second read sees the delivered sequence moved and recreates the consumer: the owner is
+    delivered the raced message again (the ack wait here is 30 s: it is not the ack wait that brings it back)."""
+    from tailor.bus import setup as S
+
+    async def go():
+        nc, js = await _conn(bus)
+        znc, zjs = await _conn(bus)
+        try:
+            await S.ensure_stream(js, max_bytes=1 << 20)
+            await S.ensure_consumers(js, 1, ack_wait_s=30.0)
+            subj = S.tel_subject("default", 0)
+            for i in range(3):
+                await js.publish(subj, b"m%d" % i)
+            sub = await js.pull_subscribe_bind(consumer=S.consumer_name(0), stream=S.STREAM)
+            for m in await sub.fetch(3, timeout=3):
+                await m.ack_sync()
+            later = [(await js.publish(subj, b"m%d" % i)).seq for i in (3, 4)]
+            zsub = await zjs.pull_subscribe_bind(consumer=S.consumer_name(0), stream=S.STREAM)
+            raced = []
+
+            async def zombie_pull():
+                raced.extend(await zsub.fetch(1, timeout=3))
+
+            week = time.time() + S.HISTORY_S + 60
+            t = await S.trim_acknowledged(_RacingConnection(nc, zombie_pull), js, 0, now=week)
+            assert _seqs(raced) == later[:1]
+            got = await _fetch_msgs(sub, 2)
+            assert _seqs(got) == later, f"trim {t}: the raced message {later[0]} is not delivered again: {_seqs(got)}"
+            assert t == S.Trim(3, repaired=True)
+            info = await js.consumer_info(S.STREAM, S.consumer_name(0))
+            assert info.config.ack_wait == 30.0 and info.config.filter_subject == S.partition_filter(0)
+        finally:
+            await znc.close()
+            await nc.close()
+
+    bus.run(go())
+
+
+def test_a_worker_defers_its_trim_while_a_crashed_owners_batches_are_in_flight(bus, monkeypatch):
+    """A previous owner acknowledged two batches and crashed with two more in flight; the new owner folds the rest
+    and its trim is due: it defers (counted), the in-flight batches come back after the ack wait, and every record
+    is folded once before the partition's history goes."""
+    from tailor.bus import setup as S
+    from tailor.bus.shard import PartitionWorker, Shard
+
+    monkeypatch.setattr(S, "HISTORY_S", 0.0)  # every trim due (the age trigger)
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        await S.ensure_stream(js)
+        await S.ensure_consumers(js, 1, ack_wait_s=2.0)
+        edge = T.EdgePublisher(js, source="e")
+        recs = T.records(300, prefixes=30, tag=6)
+        for i in range(0, 300, 50):
+            await edge.publish(0, recs[i:i + 50])
+        old = await js.pull_subscribe_bind(consumer=S.consumer_name(0), stream=S.STREAM)
+        for m in await old.fetch(2, timeout=3):
+            await m.ack_sync()
+        in_flight = _seqs(await old.fetch(2, timeout=3))  # the previous owner dies holding these
+        await old.unsubscribe()
+        sh = Shard(_shard_cfg(bus, "B"))
+        await sh.connect()
+        try:
+            w = await _start(PartitionWorker(sh, 0))
+            await _feed(w, 2)
+            await w._commit()  # folds and acknowledges batches 5 and 6; its trim is due
+            first = w.counters.as_dict()
+            await asyncio.sleep(2.5)  # the ack wait
+            back = await _fetch_msgs(w.sub, 2, timeout=5)
+            assert _seqs(back) == in_flight, (f"the crashed owner's in-flight batches {in_flight}, redelivered after "
+                                              f"the ack wait: {_seqs(back)}; counters after the first cycle: {first}")
+            assert first["trims_deferred"] == 1 and first["trimmed"] == 0, first
+            for m in back:
+                await w._handle(m)
+            await w._commit()
+            c = w.counters
+            assert c.records == 200 and c.trimmed == 6 and c.trims_deferred == 1 and c.trim_races == 0, c.as_dict()
+            assert (await js.stream_info(S.STREAM)).state.messages == 0
+            await w.stop()
+        finally:
+            await sh.nc.close()
+            await nc.close()
+
+    bus.run(scenario())
+
+
+def test_a_publish_on_a_subject_no_partition_reads_is_refused(bus):
+    """The edge user may publish on ``tailor.tel.>``; the stream stores only the partitions' subjects
+    (``tailor.tel.*.<p>``, p < P), what the ``part-<p>`` consumers read. Until 2026-12-07 its subject was
+    ``tailor.tel.>``: a batch on ``tailor.tel.x.99`` was acknowledged and stored, never consumed, never trimmed, and
+    with discard NEW such messages would fill the stream and refuse everyone's telemetry (found by review)."""
+    from tailor.bus import setup as S
+
+    async def go():
+        nc, js = await _conn(bus)
+        enc, ejs = await _conn(bus, "edge")
+        try:
+            await S.ensure_stream(js)  # P = 6, the default
+            stored = []
+            for subject in ("tailor.tel.x.99", "tailor.tel.a.b.0", "tailor.tel.x.6", "tailor.tel.x.05", "tailor.tel.0"):
+                try:
+                    ack = await ejs.publish(subject, b"{}", timeout=2)
+                except Exception:  # noqa: BLE001 (no stream answers: nats-py's NoStreamResponseError)
+                    continue
+                stored.append((subject, ack.seq))
+            assert not stored, f"acknowledged and stored where no consumer reads them: {stored}"
+            assert (await ejs.publish(S.tel_subject("pop-a", 5), b"{}")).stream == S.STREAM
+            assert (await js.stream_info(S.STREAM)).state.messages == 1
+        finally:
+            await enc.close()
+            await nc.close()
+
+    bus.run(go())
+
+
+def test_a_shard_narrows_an_old_streams_subjects_and_removes_its_strays(bus):
+    """A stream created before 2026-12-07 (subjects ``tailor.tel.>``) holding messages no consumer reads: a shard's
+    start moves it to its cluster's partitions (P = 1 here) and purges those messages subject by subject, leaving the
+    partition's messages and its consumer's unacknowledged one (redelivered after the ack wait) as they were."""
+    from tailor.bus import setup as S
+    from tailor.bus.shard import Shard
+
+    async def go():
+        nc, js = await _conn(bus)
+        try:
+            old = S.stream_config(max_bytes=1 << 20)
+            old.subjects = [S.TEL_SUBJECTS]
+            await js.add_stream(old)
+            await S.ensure_consumers(js, 1, ack_wait_s=1.0)
+            keep = [(await js.publish(S.tel_subject("a", 0), b"p0-%d" % i)).seq for i in range(2)]
+            for subject in ("tailor.tel.x.99", "tailor.tel.a.b.0", "tailor.tel.a.1", "tailor.tel.b.1"):
+                await js.publish(subject, b"stray")
+            sub = await js.pull_subscribe_bind(consumer=S.consumer_name(0), stream=S.STREAM)
+            held = await sub.fetch(2, timeout=3)
+            await held[0].ack_sync()  # the second stays delivered and not acknowledged
+            sh = Shard(_shard_cfg(bus, "A"))  # partitions=1
+            await sh.connect()
+            await sh.nc.close()
+            info = await js.stream_info(S.STREAM, subjects_filter=">")
+            assert info.config.subjects == ["tailor.tel.*.0"]
+            assert info.state.subjects == {"tailor.tel.a.0": 2} and info.state.messages == 2
+            assert _seqs(await _fetch_msgs(sub, 1)) == keep[1:]  # its pending list was not touched
+            assert await S.ensure_stream(js, partitions=1) == "kept" and await S.remove_strays(js, 1) == 0
+        finally:
+            await nc.close()
+
+    bus.run(go())

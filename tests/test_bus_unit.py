@@ -119,3 +119,16 @@ def test_state_object_names_are_per_partition_and_never_reused():
     assert S.is_state_object(3, "part.3")  # written before the leases
     for bad in ("part.31.17.2", "part.3.17", "part.3.x.2", "part.3.17.2.1", "part.4.17.2", "../part.3.1.1"):
         assert not S.is_state_object(3, bad), bad
+
+
+def test_the_stream_stores_exactly_the_subjects_the_partition_consumers_read():
+    """``tailor.tel.*.<p>`` for p < P (docs/bus.md): what ``part-<p>`` filters; anything else under ``tailor.tel.>``
+    is refused by the stream (or removed by ``remove_strays`` from a stream created before 2026-12-07)."""
+    assert S.stream_subjects(3) == ["tailor.tel.*.0", "tailor.tel.*.1", "tailor.tel.*.2"]
+    assert S.stream_config(partitions=3).subjects == S.stream_subjects(3)
+    assert [S.consumer_config(p).filter_subject for p in range(3)] == S.stream_subjects(3)
+    for subject in ("tailor.tel.default.0", "tailor.tel.pop-1.2", S.tel_subject("x", 2)):
+        assert S.is_partition_subject(subject, 3), subject
+    for subject in ("tailor.tel.x.3", "tailor.tel.x.99", "tailor.tel.a.b.0", "tailor.tel.x.00", "tailor.tel.x.-1",
+                    "tailor.tel.0", "tailor.tel..0", "tailor.tel.x.1a", "other.tel.x.0", "tailor.tel.x.0.y"):
+        assert not S.is_partition_subject(subject, 3), subject

@@ -197,28 +197,40 @@ var ErrAway = errors.New("bus not connected")
 
 // JetStream error codes of a store that cannot take a message now but will
 // later: the stream is full (discard NEW: "maximum bytes exceeded", "maximum
-// messages exceeded") or the server is out of storage.
+// messages exceeded"), the account's storage limit is reached, or the server
+// is out of storage.
 const (
+	errCodeAccountResources     = 10002 // JSAccountResourcesExceededErr: the account's storage limit (HTTP 400)
 	errCodeStoreFailed          = 10077 // JSStreamStoreFailedF: the stream's limits (discard NEW)
-	errCodeInsufficientResource = 10023 // JSInsufficientResourcesErr
+	errCodeInsufficientResource = 10023 // JSInsufficientResourcesErr (HTTP 503)
 	errCodeStorageExceeded      = 10047 // JSStorageResourcesExceededErr
 )
 
-// isFull reports whether a JetStream refusal is one a later publish can
-// pass: the stream full, storage exhausted, JetStream unavailable (503).
-func isFull(e *jetstream.APIError) bool {
+// classify maps a JetStream refusal to what BusSink does with the batch:
+// telemetry.ErrBusFull when no room is left now (the stream, the account's
+// or the server's storage: kept, retried, counted as full);
+// telemetry.ErrBusUnavailable for any other 503 (JetStream cannot answer
+// now, e.g. a cluster without its leader: kept, retried, counted apart);
+// telemetry.ErrPublishRefused for the rest (refused for good: dropped and
+// counted). Until 2026-12-07 the account's limit (10002, an HTTP 400) was a
+// refusal for good, its batch dropped, and every 503 counted as full.
+func classify(e *jetstream.APIError) error {
 	switch e.ErrorCode {
-	case errCodeStoreFailed, errCodeInsufficientResource, errCodeStorageExceeded:
-		return true
+	case errCodeAccountResources, errCodeStoreFailed, errCodeInsufficientResource, errCodeStorageExceeded:
+		return telemetry.ErrBusFull
 	}
-	return e.Code == 503
+	if e.Code == 503 {
+		return telemetry.ErrBusUnavailable
+	}
+	return telemetry.ErrPublishRefused
 }
 
 // Publish sends data with the Nats-Msg-Id header and waits for the PubAck.
-// A full stream (TAILOR_TELEMETRY discards nothing: it refuses the publish)
-// wraps telemetry.ErrBusFull, the batch stays buffered; any other JetStream
-// refusal (API error, e.g. a message over the size limit) wraps
-// telemetry.ErrPublishRefused.
+// A JetStream refusal wraps the sentinel classify gives it: a full stream
+// (TAILOR_TELEMETRY discards nothing: it refuses the publish) or storage
+// telemetry.ErrBusFull and an unavailable JetStream
+// telemetry.ErrBusUnavailable (the batch stays buffered), anything else
+// (e.g. a message over the size limit) telemetry.ErrPublishRefused.
 func (p *Publisher) Publish(ctx context.Context, subject, msgID string, data []byte) error {
 	if !p.NC.IsConnected() {
 		return ErrAway
@@ -232,10 +244,7 @@ func (p *Publisher) Publish(ctx context.Context, subject, msgID string, data []b
 	_, err := p.JS.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		if isFull(apiErr) {
-			return fmt.Errorf("%w: %s: %v", telemetry.ErrBusFull, subject, err)
-		}
-		return fmt.Errorf("%w: %s: %v", telemetry.ErrPublishRefused, subject, err)
+		return fmt.Errorf("%w: %s: %v", classify(apiErr), subject, err)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Errorf("%w: %s: %v", telemetry.ErrPublishRefused, subject, err)

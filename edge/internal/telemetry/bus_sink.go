@@ -24,6 +24,11 @@ var ErrPublishRefused = errors.New("telemetry batch refused by the bus")
 // not fit meanwhile.
 var ErrBusFull = errors.New("bus stream full")
 
+// ErrBusUnavailable: JetStream cannot answer now (a 503 that is not a full
+// store, e.g. a cluster without its leader). Kept and retried as a full
+// stream, counted apart (Stats().BusUnavailable).
+var ErrBusUnavailable = errors.New("bus JetStream unavailable")
+
 // Publisher is what BusSink needs of the bus (bus.Publisher): publish with
 // a Nats-Msg-Id header and return once JetStream acknowledged the message.
 type Publisher interface {
@@ -60,6 +65,7 @@ type BusSink struct {
 	batches atomic.Int64 // batches acknowledged
 	refused atomic.Int64 // records in batches refused for good
 	full    atomic.Int64 // publishes refused because the stream was full (batch kept)
+	unavail atomic.Int64 // publishes refused because JetStream was unavailable (batch kept)
 }
 
 type busBatch struct {
@@ -81,6 +87,7 @@ func (s *BusSink) Stats() QueueStats {
 	st := s.q.stats()
 	st.Refused = s.refused.Load()
 	st.BusFull = s.full.Load()
+	st.BusUnavailable = s.unavail.Load()
 	return st
 }
 
@@ -115,7 +122,8 @@ func (s *BusSink) messageLimit() int {
 // Flush publishes the formed batches still unacknowledged, then forms
 // batches from the buffer and publishes them. While the bus is away or its
 // stream full it returns nil (the records stay; the first failure is
-// logged, a full stream's refusals counted in Stats().BusFull); a batch the
+// logged, a full stream's refusals counted in Stats().BusFull, an
+// unavailable JetStream's in Stats().BusUnavailable); a batch the
 // bus refused for good is dropped, counted, and its error returned.
 func (s *BusSink) Flush(ctx context.Context) error {
 	s.mu.Lock()
@@ -149,8 +157,11 @@ func (s *BusSink) Flush(ctx context.Context) error {
 			s.logf("telemetry: %v: dropped %d records", err, b.n)
 			refused = errors.Join(refused, fmt.Errorf("%w: %v", ErrTelemetry, err))
 		default:
-			if errors.Is(err, ErrBusFull) {
+			switch {
+			case errors.Is(err, ErrBusFull):
 				s.full.Add(1)
+			case errors.Is(err, ErrBusUnavailable):
+				s.unavail.Add(1)
 			}
 			if !s.away {
 				s.away = true

@@ -127,14 +127,15 @@ func (q *queue) total() int64 {
 
 // QueueStats is a snapshot of a sink's buffer.
 type QueueStats struct {
-	Pending      int    // records buffered
-	PendingBytes int    // their estimated encoded size
-	Dropped      int64  // records lost in total (any reason)
-	Invalid      int64  // of which: records that broke the schema
-	LastInvalid  string // the last such record's error
-	Refused      int64  // of which: records in batches the manager or the bus refused for good
-	BusFull      int64  // publishes the bus's full stream refused (BusSink; the batch stayed buffered, retried)
-	Sent         int64  // records shipped: written (LineSink) or accepted by the manager (HTTPSink)
+	Pending        int    // records buffered
+	PendingBytes   int    // their estimated encoded size
+	Dropped        int64  // records lost in total (any reason)
+	Invalid        int64  // of which: records that broke the schema
+	LastInvalid    string // the last such record's error
+	Refused        int64  // of which: records in batches the manager or the bus refused for good
+	BusFull        int64  // publishes the bus's full stream refused (BusSink; the batch stayed buffered, retried)
+	BusUnavailable int64  // publishes refused with another 503 (BusSink: JetStream unavailable; kept, retried)
+	Sent           int64  // records shipped: written (LineSink) or accepted by the manager (HTTPSink)
 }
 
 func (q *queue) stats() QueueStats {

@@ -352,15 +352,20 @@ func TestDropCountAloneIsAValidBatch(t *testing.T) {
 	}
 }
 
-// fullBus is a Publisher whose stream is full for its first `full` publishes.
+// fullBus is a Publisher whose stream is full (or, with err, that fails
+// with err) for its first `full` publishes.
 type fullBus struct {
 	full, calls int
+	err         error // default ErrBusFull
 	stored      []Batch
 }
 
 func (b *fullBus) Publish(_ context.Context, subject, _ string, data []byte) error {
 	b.calls++
 	if b.calls <= b.full {
+		if b.err != nil {
+			return fmt.Errorf("%w: %s: JetStream system temporarily unavailable", b.err, subject)
+		}
 		return fmt.Errorf("%w: %s: maximum bytes exceeded", ErrBusFull, subject)
 	}
 	var batch Batch
@@ -401,5 +406,33 @@ func TestBusSinkKeepsBatchesAFullStreamRefuses(t *testing.T) {
 	}
 	if st := s.Stats(); st.Pending != 0 || st.Sent != 10 || len(bus.stored) != 1 || len(bus.stored[0].Records) != 10 || *bus.stored[0].Dropped != 2 {
 		t.Fatalf("after room: %+v, stored %+v", st, bus.stored)
+	}
+}
+
+// TestBusSinkKeepsBatchesJetStreamCannotTakeNow: ErrBusUnavailable (a 503
+// that is no full store) keeps and retries the batch like a full stream but
+// is counted in BusUnavailable, not BusFull (until 2026-12-07 every 503 was
+// counted as a full stream).
+func TestBusSinkKeepsBatchesJetStreamCannotTakeNow(t *testing.T) {
+	bus := &fullBus{full: 2, err: ErrBusUnavailable}
+	var logs bytes.Buffer
+	s := &BusSink{Pub: bus, Pop: "p", Source: "e", Partitions: func() int { return 1 },
+		PartitionOf: func(string, int) int { return 0 }, Limit: 10, Log: log.New(&logs, "", 0)}
+	for i := range 4 {
+		s.Add(Record{Time: 1.7e9, Kind: "response", ClientPrefix: fmt.Sprintf("10.0.%d.0/24", i), ConfigID: "c-0123456789", TableVersion: 1})
+	}
+	for range 2 {
+		if err := s.Flush(context.Background()); err != nil {
+			t.Fatalf("flush while unavailable: %v", err)
+		}
+	}
+	if st := s.Stats(); st.Pending != 4 || st.Dropped != 0 || st.Refused != 0 || st.BusFull != 0 || st.BusUnavailable != 2 {
+		t.Fatalf("unavailable: %+v", st)
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Pending != 0 || st.Sent != 4 || len(bus.stored) != 1 || st.BusUnavailable != 2 {
+		t.Fatalf("after: %+v, stored %+v", st, bus.stored)
 	}
 }

@@ -11,16 +11,26 @@ there) and there is no ``max_age``. Until 2026-12-07 it was ``discard`` OLD with
 stream silently deleted its oldest messages, acknowledged to the edges and possibly never consumed (found by
 review). Acknowledged history is removed by the shards instead (:func:`trim_acknowledged`): a partition's
 messages at or below its consumer's ack floor, once the stream is 3/4 full or its oldest message is older than
-:data:`HISTORY_S`; nothing a consumer has not acknowledged is ever removed.
+:data:`HISTORY_S`, and only while the consumer has nothing outstanding (below); nothing a consumer has not
+acknowledged is ever removed.
+
+The stream's subjects are the partitions' (``tailor.tel.*.<p>`` for the cluster's ``P``, :func:`stream_subjects`),
+exactly what the ``part-<p>`` consumers filter: a publish on any other subject under ``tailor.tel.>`` (which the edge
+user may publish on) finds no stream and is refused, rather than stored where no consumer reads it and no trim
+removes it, until a discard-new stream full of it refused everyone's telemetry (``tailor.tel.>`` until 2026-12-07,
+found by review). :func:`ensure_stream` narrows an older stream's subjects and removes what it stored on the others.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import secrets
 import time
+
+from dataclasses import dataclass
 
 from nats.js import api
 from nats.js.errors import BadRequestError, BucketNotFoundError, KeyWrongLastSequenceError, NotFoundError
@@ -31,7 +41,8 @@ from tailor.manager.logs import log
 
 GiB, MiB = 1 << 30, 1 << 20
 STREAM = "TAILOR_TELEMETRY"
-TEL_SUBJECTS = "tailor.tel.>"
+TEL_SUBJECTS = "tailor.tel.>"  # the subject space of telemetry (the edge user's publish permission); the stream's
+# subjects are only its partitions' (stream_subjects)
 TABLES, ARCHIVE, SHARDS, STATE = "tailor-tables", "tailor-archive", "tailor-shards", "tailor-state"
 LEASES = "tailor-leases"  # per partition: who holds it and which state object is the durable one (fencing)
 CLUSTER_KEY = "cluster"
@@ -44,6 +55,7 @@ DUPLICATE_WINDOW_S = 120.0
 HEARTBEAT_S, HEARTBEAT_TTL_S = 1.0, 6.0
 ACK_WAIT_S = 30.0
 MAX_ACK_PENDING = 10_000
+MAX_STRAY_ROUNDS = 4  # stream-info listings (each up to the server's 100,000 subjects) when removing strays
 TABLES_HISTORY, ARCHIVE_HISTORY = 64, 1
 POP_RE = re.compile(r"[a-z0-9-]{1,32}")
 
@@ -67,6 +79,22 @@ def tel_subject(pop: str, p: int) -> str:
     return f"tailor.tel.{pop}.{p}"
 
 
+def partition_filter(p: int) -> str:
+    """Partition ``p``'s subjects (any pop): the filter of ``part-<p>``, of its trim, and one subject of the stream."""
+    return f"tailor.tel.*.{p}"
+
+
+def stream_subjects(partitions: int) -> list[str]:
+    return [partition_filter(p) for p in range(partitions)]
+
+
+def is_partition_subject(subject: str, partitions: int) -> bool:
+    """``subject`` is one the stream with :func:`stream_subjects` stores (and a ``part-<p>`` consumer reads)."""
+    t = subject.split(".")
+    return (len(t) == 4 and t[:2] == ["tailor", "tel"] and bool(t[2]) and t[3].isdigit() and
+            t[3] == str(int(t[3])) and int(t[3]) < partitions)
+
+
 def consumer_name(p: int) -> str:
     return f"part-{p}"
 
@@ -88,10 +116,10 @@ def is_state_object(p: int, name: str) -> bool:
     return name == part_key(p) or (len(rest) == 2 and all(x.isdigit() for x in rest) and len(name) <= 64)
 
 
-def stream_config(max_bytes: int = STREAM_MAX_BYTES) -> api.StreamConfig:
+def stream_config(max_bytes: int = STREAM_MAX_BYTES, partitions: int = DEFAULT_PARTITIONS) -> api.StreamConfig:
     """Discard NEW, no max_age: a full stream refuses the publish; nothing stored is removed but by the shards'
-    trimming of acknowledged messages (:func:`trim_acknowledged`)."""
-    return api.StreamConfig(name=STREAM, subjects=[TEL_SUBJECTS], storage=api.StorageType.FILE,
+    trimming of acknowledged messages (:func:`trim_acknowledged`). Subjects: the ``partitions`` partitions' only."""
+    return api.StreamConfig(name=STREAM, subjects=stream_subjects(partitions), storage=api.StorageType.FILE,
                             retention=api.RetentionPolicy.LIMITS, max_age=0, max_bytes=max_bytes,
                             discard=api.DiscardPolicy.NEW, duplicate_window=DUPLICATE_WINDOW_S,
                             max_msg_size=MAX_MSG_BYTES)
@@ -99,51 +127,129 @@ def stream_config(max_bytes: int = STREAM_MAX_BYTES) -> api.StreamConfig:
 
 def consumer_config(p: int, ack_wait_s: float = ACK_WAIT_S) -> api.ConsumerConfig:
     return api.ConsumerConfig(durable_name=consumer_name(p), name=consumer_name(p),
-                              filter_subject=f"tailor.tel.*.{p}", ack_policy=api.AckPolicy.EXPLICIT,
+                              filter_subject=partition_filter(p), ack_policy=api.AckPolicy.EXPLICIT,
                               ack_wait=ack_wait_s, max_ack_pending=MAX_ACK_PENDING, max_deliver=-1,
                               deliver_policy=api.DeliverPolicy.ALL)
 
 
-async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES) -> str:
-    """Create the telemetry stream when missing ("created"); an existing one keeps its settings ("kept") except a
-    discard policy OLD or a max_age, which are moved to NEW and none ("updated", logged at WARNING: a stream
-    created before 2026-12-07, or edited by hand, would delete stored messages nobody consumed). When the server
-    refuses that update the shard goes on with the stream as it is and says so at ERROR (``bus.stream_unsafe``)
-    at every start: such a stream can still lose acknowledged telemetry ("unsafe")."""
+async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int = DEFAULT_PARTITIONS) -> str:
+    """Create the telemetry stream when missing ("created"); an existing one keeps its settings ("kept") except
+    these, which are moved to the bus's ("updated", logged at WARNING):
+
+    * a discard policy OLD or a max_age (a stream created before 2026-12-07, or edited by hand, would delete stored
+      messages nobody consumed): discard NEW and none;
+    * subjects other than the ``partitions`` partitions' (``tailor.tel.>`` until 2026-12-07; another count when the
+      cluster document was recreated with another ``P``): the partitions'.
+
+    Messages the stream holds on any other subject (no consumer reads them, no trim removes them) are then removed
+    (:func:`remove_strays`). When the server refuses the update the shard goes on with the stream as it is and says
+    so at ERROR (``bus.stream_unsafe``) at every start: such a stream can still lose acknowledged telemetry or fill
+    with messages nobody reads ("unsafe")."""
+    want = stream_subjects(partitions)
     try:
         info = await js.stream_info(STREAM)
     except NotFoundError:
         try:
-            await js.add_stream(stream_config(max_bytes))
+            await js.add_stream(stream_config(max_bytes, partitions))
             return "created"
         except BadRequestError:  # created meanwhile by another shard (or exists with an operator's settings)
             info = await js.stream_info(STREAM)
     cfg = info.config
-    if cfg.discard == api.DiscardPolicy.NEW and not cfg.max_age:
-        return "kept"
-    before = {"discard": str(getattr(cfg.discard, "value", cfg.discard)), "max_age_s": cfg.max_age}
-    cfg.discard, cfg.max_age = api.DiscardPolicy.NEW, 0
+    status = "kept"
+    if cfg.discard != api.DiscardPolicy.NEW or cfg.max_age or sorted(cfg.subjects or []) != sorted(want):
+        subjects = list(cfg.subjects or [])
+        before = {"discard": str(getattr(cfg.discard, "value", cfg.discard)), "max_age_s": cfg.max_age,
+                  "subjects": subjects[:8] + ([f"... {len(subjects)} in all"] if len(subjects) > 8 else [])}
+        cfg.discard, cfg.max_age, cfg.subjects = api.DiscardPolicy.NEW, 0, want
+        try:
+            await js.update_stream(cfg)
+        except Exception as err:  # noqa: BLE001 (any refusal: the stream is usable, only not safe)
+            log("bus.stream_unsafe", logging.ERROR, stream=STREAM, **before, error=f"{type(err).__name__}: {err}"[:300],
+                note=f"the server refused discard NEW without max_age on subjects {partition_filter('<p>')} "
+                     f"(p < {partitions}): a full or old stream deletes stored telemetry that may not have been "
+                     "consumed, or fills with messages no consumer reads; update it by hand (nats stream edit)")
+            return "unsafe"
+        log("bus.stream_updated", logging.WARNING, stream=STREAM, **before,
+            now={"discard": "new", "max_age_s": 0, "subjects": f"{partition_filter('<p>')} for p < {partitions}"},
+            note="a full stream refuses publishes (edges keep and retry) instead of deleting its oldest messages; a "
+                 "publish on a subject no partition consumer reads is refused")
+        status = "updated"
     try:
-        await js.update_stream(cfg)
-    except Exception as err:  # noqa: BLE001 (any refusal: the stream is usable, only not safe)
-        log("bus.stream_unsafe", logging.ERROR, stream=STREAM, **before, error=f"{type(err).__name__}: {err}"[:300],
-            note="the server refused discard NEW without max_age: a full or old stream deletes stored telemetry "
-                 "that may not have been consumed; update it by hand (nats stream edit)")
-        return "unsafe"
-    log("bus.stream_updated", logging.WARNING, stream=STREAM, **before, now={"discard": "new", "max_age_s": 0},
-        note="a full stream now refuses publishes (edges keep and retry) instead of deleting its oldest messages")
-    return "updated"
+        await remove_strays(js, partitions)
+    except Exception as err:  # noqa: BLE001 (tried again at the next shard's start)
+        log("bus.strays_failed", logging.WARNING, stream=STREAM, error=f"{type(err).__name__}: {err}"[:300])
+    return status
 
 
-async def trim_acknowledged(nc, js, p: int, now: float | None = None) -> int:
+async def remove_strays(js, partitions: int) -> int:
+    """Purge the stream's messages on subjects that are not a partition's (:func:`is_partition_subject`): stored
+    while its subjects were ``tailor.tel.>`` (or for partitions of an earlier ``P``), never delivered, never trimmed.
+    One filtered purge per exact subject: no ``part-<p>`` consumer's filter matches such a subject, so none of them
+    is touched (nats-server 2.9 resets the pending list of the consumers a purge matches; see
+    :func:`trim_acknowledged`). Returns the number of messages removed (logged with a few of the subjects)."""
+    removed, seen = 0, []
+    for _ in range(MAX_STRAY_ROUNDS):  # a listing holds at most 100,000 subjects (nats-server): bounded rounds
+        info = await js.stream_info(STREAM, subjects_filter=">")
+        strays = {s: n for s, n in (info.state.subjects or {}).items() if not is_partition_subject(s, partitions)}
+        if not strays:
+            break
+        for subject, n in strays.items():
+            if await js.purge_stream(STREAM, subject=subject):
+                removed += n
+                if len(seen) < 5:
+                    seen.append(subject)
+    if removed:
+        log("bus.strays_removed", logging.WARNING, stream=STREAM, messages=removed, subjects=seen,
+            note=f"messages on subjects no partition consumer reads (partitions 0-{partitions - 1})")
+    return removed
+
+
+@dataclass(frozen=True)
+class Trim:
+    """What one :func:`trim_acknowledged` did."""
+
+    removed: int = 0  # messages removed from the stream
+    deferred: bool = False  # due, but the consumer had something outstanding: nothing removed (tried next cycle)
+    repaired: bool = False  # a delivery raced the purge: the consumer was recreated (see trim_acknowledged)
+
+
+async def _purge(nc, subject: str, seq: int) -> int:
+    req = json.dumps({"filter": subject, "seq": seq}).encode()
+    resp = json.loads((await nc.request(f"$JS.API.STREAM.PURGE.{STREAM}", req, timeout=5)).data)
+    if "error" in resp:
+        raise BadRequestError(description=str(resp["error"])[:300])
+    return int(resp.get("purged") or 0)
+
+
+async def trim_acknowledged(nc, js, p: int, now: float | None = None) -> Trim:
     """Remove partition ``p``'s acknowledged history: its messages at or below the ack floor of ``part-<p>``
     (every one of them acknowledged: folded into a durable state), when the stream holds :data:`TRIM_AT` of its
-    ``max_bytes`` or ``max_msgs`` or its oldest message is older than :data:`HISTORY_S`. Returns the number of
-    messages removed (0 when nothing is due).
+    ``max_bytes`` or ``max_msgs`` or its oldest message is older than :data:`HISTORY_S`, and the consumer has
+    nothing outstanding (else ``Trim(deferred=True)``: the caller tries again after its next cycle).
 
     Without it the stream (limits retention: consumed messages stay) would fill with consumed history and refuse
     new telemetry. A message nobody acknowledged is never removed: with discard NEW a stream full of unconsumed
-    telemetry refuses publishes, and the edges keep, retry and count."""
+    telemetry refuses publishes, and the edges keep, retry and count.
+
+    Why "nothing outstanding": the trim is a filtered purge of ``tailor.tel.*.<p>`` up to the floor, and
+    nats-server 2.9 (Debian's; this machine's 2.9.10) resets the delivered-but-unacknowledged list of every
+    consumer the purge's filter matches (``o.pending = nil``), whatever their sequences. A message pending then is
+    never redelivered, the next acknowledgement moves the ack floor past it and the next trim deletes it: a batch
+    nak'd on an ingest 503, a crashed previous owner's in-flight batches, a restarted worker's (until 2026-12-07,
+    found by review). So the purge runs only when the consumer info read just before it shows nothing delivered and
+    unacknowledged (``num_ack_pending``: it includes what was nak'd or awaits redelivery after the ack wait;
+    ``num_redelivered``) and no pull request waiting on the server (``num_waiting``: e.g. the worker's last fetch,
+    still open, could be handed a message during the purge).
+
+    The race between that read and the purge: only a pull can add to the pending list, and nothing the owner does
+    pulls meanwhile (its worker trims between its cycles, fetching nothing; the lease keeps other shards off the
+    partition). A client that pulls anyway in that window (a shard paused past its lease that wakes up, an
+    operator's ``nats consumer next``) is caught by a second read after the purge: every delivery raises the
+    consumer's delivered sequence, so an unchanged one proves the purge reset an empty list. A changed one (or a
+    second read that fails three times) recreates the consumer with the same settings (deliver all): with nothing
+    pending at the first read the ack floor was the last delivered message, so the partition's messages left in the
+    stream are exactly those never delivered before and those the racing pull took; all are delivered again (the
+    worker skips what its state already holds). Counted by the caller (``trims_deferred``, ``trim_races``)."""
     info = await js.stream_info(STREAM)
     cfg, st = info.config, info.state
     due = ((cfg.max_bytes or 0) > 0 and st.bytes >= TRIM_AT * cfg.max_bytes) or \
@@ -152,21 +258,46 @@ async def trim_acknowledged(nc, js, p: int, now: float | None = None) -> int:
         try:
             first = await js.get_msg(STREAM, seq=st.first_seq)
         except NotFoundError:  # removed meanwhile
-            return 0
+            return Trim()
         now = time.time() if now is None else now
         due = first.time is not None and first.time.timestamp() < now - HISTORY_S
     if not due:
-        return 0
-    floor = (await js.consumer_info(STREAM, consumer_name(p))).ack_floor.stream_seq
+        return Trim()
+    name = consumer_name(p)
+    before = await js.consumer_info(STREAM, name)
+    if before.num_ack_pending or before.num_redelivered or before.num_waiting:
+        return Trim(deferred=True)
+    floor = before.ack_floor.stream_seq
     if not floor:
-        return 0
+        return Trim()
     # filtered purge of the partition's subjects below floor + 1 (other partitions' messages and consumers are not
     # touched: tests/test_bus_shard.py::test_trimming_removes_only_acknowledged_history checks it on the server)
-    req = json.dumps({"filter": f"tailor.tel.*.{p}", "seq": floor + 1}).encode()
-    resp = json.loads((await nc.request(f"$JS.API.STREAM.PURGE.{STREAM}", req, timeout=5)).data)
-    if "error" in resp:
-        raise BadRequestError(description=str(resp["error"])[:300])
-    return int(resp.get("purged") or 0)
+    removed = await _purge(nc, partition_filter(p), floor + 1)
+    delivered = None
+    for attempt in range(3):
+        try:
+            delivered = (await js.consumer_info(STREAM, name)).delivered.consumer_seq
+            break
+        except Exception:  # noqa: BLE001 (a timeout: read again; unknown after three: repaired as a race)
+            await asyncio.sleep(0.2 * (attempt + 1))
+    if delivered == before.delivered.consumer_seq:
+        return Trim(removed)
+    await recreate_consumer(js, p, before.config.ack_wait or ACK_WAIT_S)
+    log("bus.trim_raced", logging.WARNING, partition=p, removed=removed,
+        delivered_before=before.delivered.consumer_seq, delivered_after=delivered,
+        note="a pull on the partition's consumer raced its trim (its pending list may have been reset): the consumer "
+             "was recreated, its unacknowledged messages are delivered again")
+    return Trim(removed, repaired=True)
+
+
+async def recreate_consumer(js, p: int, ack_wait_s: float) -> None:
+    """Delete ``part-<p>`` and create it again (deliver all, the same settings): every message of the partition
+    still in the stream is delivered again."""
+    try:
+        await js.delete_consumer(STREAM, consumer_name(p))
+    except NotFoundError:
+        pass
+    await ensure_consumer(js, p, ack_wait_s)
 
 
 async def _kv(js, bucket: str, **settings):
@@ -200,17 +331,21 @@ async def ensure_buckets(js) -> dict:
             "state": await _object_store(js, STATE)}
 
 
+async def ensure_consumer(js, p: int, ack_wait_s: float = ACK_WAIT_S):
+    """``part-<p>``'s consumer info; the consumer is created when missing."""
+    try:
+        return await js.consumer_info(STREAM, consumer_name(p))
+    except NotFoundError:
+        pass
+    try:
+        return await js.add_consumer(STREAM, consumer_config(p, ack_wait_s))
+    except BadRequestError:
+        return await js.consumer_info(STREAM, consumer_name(p))
+
+
 async def ensure_consumers(js, partitions: int, ack_wait_s: float = ACK_WAIT_S) -> None:
     for p in range(partitions):
-        try:
-            await js.consumer_info(STREAM, consumer_name(p))
-            continue
-        except NotFoundError:
-            pass
-        try:
-            await js.add_consumer(STREAM, consumer_config(p, ack_wait_s))
-        except BadRequestError:
-            await js.consumer_info(STREAM, consumer_name(p))
+        await ensure_consumer(js, p, ack_wait_s)
 
 
 def check_cluster_doc(raw: bytes) -> dict:

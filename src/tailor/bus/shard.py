@@ -18,8 +18,8 @@ restores the authenticated state (:mod:`tailor.bus.state`), publishes the table 
 from ``part-<p>``, skips what the state already holds, ingests the rest through ``Manager.ingest`` (records
 of another partition refused and counted), and every ``--update-freq``: cycle -> state to the object store ->
 acknowledge the folded messages -> envelope when the version changed -> archive summary -> the partition's
-acknowledged messages removed from the stream once it is 3/4 full or its oldest message a week old
-(:func:`tailor.bus.setup.trim_acknowledged`; the stream discards nothing itself).
+acknowledged messages removed from the stream once it is 3/4 full or its oldest message a week old, and only while
+its consumer has nothing outstanding (:func:`tailor.bus.setup.trim_acknowledged`; the stream discards nothing itself).
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ class Counters:
     envelopes_too_large: int = 0
     trimmed: int = 0  # acknowledged messages of the partition removed from the stream (setup.trim_acknowledged)
     trims_failed: int = 0
+    trims_deferred: int = 0  # trims due but not run: the consumer had messages delivered and not acknowledged
+    trim_races: int = 0  # a pull raced a trim's purge: the consumer was recreated (its messages delivered again)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -162,6 +164,7 @@ class PartitionWorker:
         self.lease_rev: int | None = None  # revision of tailor-leases part.<p> this worker last wrote
         self.state_name: str | None = None  # the state object the lease names (the durable state)
         self.fenced = False
+        self.deferring = False  # the last due trim was deferred (logged once per episode)
         self.writes = 0  # state objects written by this worker (part of their names: none is ever overwritten)
         self._stop = asyncio.Event()
         self.task: asyncio.Task | None = None
@@ -339,8 +342,10 @@ class PartitionWorker:
             if not adopted:
                 await asyncio.to_thread(self.mgr.republish, prev, "takeover")
         await self._publish_envelope(force=True)
+        # created when missing: a trim that recreated it (setup.trim_acknowledged) may have failed half-way
+        info = await S.ensure_consumer(sh.js, self.p, sh.cfg.ack_wait_s)
         self.sub = await sh.js.pull_subscribe_bind(consumer=self.name, stream=S.STREAM)
-        self.ack_wait_s = (await sh.js.consumer_info(S.STREAM, self.name)).config.ack_wait or S.ACK_WAIT_S
+        self.ack_wait_s = info.config.ack_wait or S.ACK_WAIT_S
         log("bus.takeover", partition=self.p, shard=sh.cfg.shard_id, restored=loaded is not None,
             watermark=self.watermark.floor, folded_above=len(self.watermark.above), previous_version=prev,
             version=self.mgr.current.version)
@@ -502,18 +507,29 @@ class PartitionWorker:
 
     async def _trim(self) -> None:
         """Remove the partition's acknowledged history when the stream is nearly full or old (discard NEW: a full
-        stream refuses publishes, so consumed messages must not fill it); a failure is counted and tried again at
-        the next cycle."""
-        sh = self.shard
+        stream refuses publishes, so consumed messages must not fill it). Called between cycles, when this worker
+        has nothing pending and fetches nothing (setup.trim_acknowledged relies on it); a trim deferred because the
+        consumer has messages outstanding (nak'd, a previous owner's in flight) or a failure is counted and tried
+        again after the next cycle."""
+        sh, c = self.shard, self.counters
         try:
-            n = await S.trim_acknowledged(sh.nc, sh.js, self.p)
+            t = await S.trim_acknowledged(sh.nc, sh.js, self.p)
         except Exception as err:  # noqa: BLE001 (a timeout, the bus away: the next cycle tries again)
-            self.counters.trims_failed += 1
+            c.trims_failed += 1
             log("bus.trim_failed", logging.WARNING, partition=self.p, error=f"{type(err).__name__}: {err}"[:300])
             return
-        if n:
-            self.counters.trimmed += n
-            log("bus.trimmed", partition=self.p, messages=n, note="acknowledged history removed from the stream")
+        if t.deferred:
+            c.trims_deferred += 1
+            if not self.deferring:
+                log("bus.trim_deferred", partition=self.p, note="the consumer has messages delivered and not "
+                    "acknowledged (nak'd, or in flight to an earlier owner): trimmed once they are acknowledged")
+            self.deferring = True
+            return
+        self.deferring = False
+        c.trim_races += t.repaired
+        if t.removed:
+            c.trimmed += t.removed
+            log("bus.trimmed", partition=self.p, messages=t.removed, note="acknowledged history removed from the stream")
 
     async def _publish_envelope(self, force: bool = False) -> None:
         mgr = self.mgr
@@ -614,13 +630,13 @@ class Shard:
             raise BusError(f"tailor manager: cannot connect to the bus {','.join(cfg.servers)}"
                            f"{' as ' + cfg.user if cfg.user else ''}: {type(err).__name__}: {err}") from None
         self.js = self.nc.jetstream()
-        await S.ensure_stream(self.js)
         buckets = await S.ensure_buckets(self.js)
         self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
                                                             buckets["state"])
         self.leases = buckets["leases"]
         doc, created = await S.cluster_doc(self.tables, cfg.partitions)
         self.partitions, self.salt = doc["partitions"], doc["salt"]
+        await S.ensure_stream(self.js, partitions=self.partitions)  # the stream's subjects are the partitions'
         await S.ensure_consumers(self.js, self.partitions, cfg.ack_wait_s)
         log("bus.connected", shard=cfg.shard_id, servers=cfg.servers, partitions=self.partitions,
             cluster_created=created)

@@ -59,6 +59,7 @@ func registerSink(reg prometheus.Registerer, sink telemetry.Sink) {
 	metrics.CounterFunc(reg, "tailor_agent_telemetry_records_sent_total", "Telemetry records shipped (accepted by the manager, or written).", q(func(x telemetry.QueueStats) int64 { return x.Sent }))
 	metrics.CounterFunc(reg, "tailor_agent_telemetry_records_dropped_total", "Telemetry records lost: buffer bound, invalid, or refused by the manager.", q(func(x telemetry.QueueStats) int64 { return x.Dropped }))
 	metrics.CounterFunc(reg, "tailor_agent_telemetry_bus_full_total", "Publishes the bus refused because its stream was full (with --bus); their records stay buffered and are retried.", q(func(x telemetry.QueueStats) int64 { return x.BusFull }))
+	metrics.CounterFunc(reg, "tailor_agent_telemetry_bus_unavailable_total", "Publishes the bus answered 503 for another reason than a full stream (with --bus); their records stay buffered and are retried.", q(func(x telemetry.QueueStats) int64 { return x.BusUnavailable }))
 	metrics.GaugeFunc(reg, "tailor_agent_telemetry_records_pending", "Telemetry records buffered.", func() float64 { return float64(st.Stats().Pending) })
 }
 

@@ -106,6 +106,7 @@ func TestAgentMetricsMatchConnections(t *testing.T) {
 		{"tailor_agent_telemetry_records_sent_total", nil, total},
 		{"tailor_agent_telemetry_records_dropped_total", nil, 0},
 		{"tailor_agent_telemetry_bus_full_total", nil, 0},
+		{"tailor_agent_telemetry_bus_unavailable_total", nil, 0},
 		{"tailor_agent_apply_errors_total", nil, 0},
 		{"tailor_agent_table_version", nil, 1},
 		{"tailor_agent_table_loads_total", nil, 1},

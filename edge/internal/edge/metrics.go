@@ -87,6 +87,7 @@ func (s *Server) registerScraped(reg prometheus.Registerer) {
 		metrics.CounterFunc(reg, "tailor_edge_telemetry_records_dropped_total", "Telemetry records lost: buffer bound, invalid, or refused by the manager.", q(func(x telemetry.QueueStats) int64 { return x.Dropped }))
 		metrics.CounterFunc(reg, "tailor_edge_telemetry_records_invalid_total", "Of the dropped records: those that broke the schema.", q(func(x telemetry.QueueStats) int64 { return x.Invalid }))
 		metrics.CounterFunc(reg, "tailor_edge_telemetry_bus_full_total", "Publishes the bus refused because its stream was full (with --bus); their records stay buffered and are retried.", q(func(x telemetry.QueueStats) int64 { return x.BusFull }))
+		metrics.CounterFunc(reg, "tailor_edge_telemetry_bus_unavailable_total", "Publishes the bus answered 503 for another reason than a full stream (with --bus); their records stay buffered and are retried.", q(func(x telemetry.QueueStats) int64 { return x.BusUnavailable }))
 		metrics.GaugeFunc(reg, "tailor_edge_telemetry_records_pending", "Telemetry records buffered.", func() float64 { return float64(st.Stats().Pending) })
 	}
 	if g := s.geo; g != nil {

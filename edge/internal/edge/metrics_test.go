@@ -71,6 +71,7 @@ func TestMetricsMatchRequests(t *testing.T) {
 		{"tailor_edge_telemetry_records_sent_total", nil, 2 * perProto},
 		{"tailor_edge_telemetry_records_dropped_total", nil, 0},
 		{"tailor_edge_telemetry_bus_full_total", nil, 0},
+		{"tailor_edge_telemetry_bus_unavailable_total", nil, 0},
 		{"tailor_edge_table_version", nil, 9},
 		{"tailor_edge_table_loads_total", nil, 1},
 		{"tailor_edge_table_rejections_total", nil, 0},

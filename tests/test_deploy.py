@@ -61,6 +61,8 @@ def test_every_flag_has_a_key_and_the_command_line_wins(tmp_path):
             values[key] = (action.default or 0) + 3
         elif key == "cohort-salt":
             values[key] = "ab" * 16
+        elif action.choices:  # a flag with choices: one of them, not the default
+            values[key] = next(c for c in action.choices if c != action.default)
         else:
             values[key] = f"/from-file/{key}" if key != "listen" else "127.0.0.1:9999"
     conf = tmp_path / "m.toml"

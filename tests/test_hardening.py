@@ -835,7 +835,7 @@ class _FakeTransport:
 
     def __init__(self, loop, protocol):
         self.loop, self.protocol = loop, protocol
-        self.buffered, self.closing, self.aborted = 0, False, False
+        self.buffered, self.closing, self.aborted, self.lost = 0, False, False, False
 
     def write(self, data):
         self.buffered += len(data)
@@ -846,12 +846,19 @@ class _FakeTransport:
     def is_closing(self):
         return self.closing
 
-    def close(self):
+    def close(self):  # as asyncio's: with nothing buffered, the connection is lost at once
+        if not self.closing and self.buffered == 0:
+            self.loop.call_soon(self.lose)
         self.closing = True
 
     def abort(self):
         self.closing = self.aborted = True
-        self.loop.call_soon(self.protocol.connection_lost, None)
+        self.loop.call_soon(self.lose)
+
+    def lose(self):
+        if not self.lost:
+            self.lost = True
+            self.protocol.connection_lost(None)
 
     def get_extra_info(self, name, default=None):
         return default
@@ -912,8 +919,7 @@ def test_the_write_deadline_waits_on_a_stalled_client_only(tmp_path):
                 break
             await asyncio.sleep(0.1)
         lost_after = loop.time() - t0
-        if not fake.aborted:
-            proto.connection_lost(None)
+        fake.lose()
         return fake.aborted, lost_after
 
     got = {what: asyncio.run(scenario(what)) for what in ("paused-stalled", "paused-taking", "paused-resumed",
@@ -1026,6 +1032,193 @@ def test_a_tls_connection_refused_at_the_cap_reaches_no_application(tmp_path, ca
 
     t, tasks = asyncio.run(refused())
     assert t.aborted and not t.closed_ and tasks == 0 and "/refused-unit" not in seen
+
+
+class _TLSServer:
+    """A uvicorn server with TLS and the manager's settings in a background thread (as the cap test above starts
+    one); ``stop()`` asks it to shut down and returns whether its thread ended within ``timeout_s``; ``error`` is what
+    the server raised."""
+
+    def __init__(self, app, tmp_path, metrics, lifespan="off", **bounds):
+        import uvicorn
+
+        from tailor.manager.httpserver import uvicorn_settings
+
+        self.cert, key = _self_signed(tmp_path)
+        self.port = free_port()
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan=lifespan, ssl_certfile=str(self.cert),
+                                ssl_keyfile=str(key), **uvicorn_settings(cfg(tmp_path, **bounds), metrics))
+        self.server = uvicorn.Server(config)
+        self.error: BaseException | None = None  # what the server's run raised
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            self.server.run()
+        except BaseException as err:  # noqa: BLE001 (reported by the test)
+            self.error = err
+
+    def __enter__(self):
+        import ssl
+
+        self.thread.start()
+        end = time.monotonic() + 20
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
+            time.sleep(0.05)
+        self.ctx = ssl.create_default_context(cafile=str(self.cert))
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> bool:
+        self.server.should_exit = True
+        self.thread.join(timeout=timeout_s)
+        return not self.thread.is_alive()
+
+    def __exit__(self, *exc):
+        if not self.stop():
+            self.server.force_exit = True
+            self.thread.join(timeout=5)
+
+    def get(self, path: str) -> bytes:
+        """One request on a new connection: the answer's first bytes, or the error's name (refused at the cap)."""
+        try:
+            with self.ctx.wrap_socket(socket.create_connection(("127.0.0.1", self.port), timeout=3),
+                                      server_hostname="127.0.0.1") as c:
+                c.sendall(f"GET {path} HTTP/1.1\r\nHost: manager\r\n\r\n".encode())
+                return c.recv(100)
+        except OSError as err:
+            return type(err).__name__.encode()
+
+    def unread_then_close_notify(self, path: str) -> socket.socket:
+        """A client with a small receive buffer requesting ``path``: it reads the answer's first bytes (so the server
+        has written it), then sends its TLS close_notify and reads nothing more; its TCP connection stays open (the
+        caller closes it)."""
+        import ssl
+
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(5)
+        sock.connect(("127.0.0.1", self.port))
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = self.ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+        for _ in range(20):
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    sock.sendall(outgoing.read())
+                incoming.write(sock.recv(65536))
+        tls.write(f"GET {path} HTTP/1.1\r\nHost: manager\r\n\r\n".encode())
+        sock.sendall(outgoing.read())
+        got = b""
+        for _ in range(50):  # bounded: a few TLS records
+            try:
+                got += tls.read(65536)
+            except ssl.SSLWantReadError:
+                incoming.write(sock.recv(4096))
+            if b"\r\n\r\n" in got:
+                break
+        assert got.startswith(b"HTTP/1.1 200 "), got[:100]
+        time.sleep(0.3)  # the answer is in the server's buffers by now
+        try:
+            tls.unwrap()
+        except ssl.SSLWantReadError:
+            pass
+        sock.sendall(outgoing.read())  # the close_notify
+        return sock
+
+
+BIG_ANSWER = 16 * 1024 * 1024  # more than the kernel's socket buffers take
+
+
+def _big_or_small(inner=None):
+    """An ASGI app answering ``/big`` with BIG_ANSWER bytes and anything else ``ok`` (or passing it to ``inner``)."""
+    body = b"x" * BIG_ANSWER
+
+    async def app(scope, receive, send):
+        if inner is not None and not (scope["type"] == "http" and scope["path"] == "/big"):
+            return await inner(scope, receive, send)
+        data = body if scope["path"] == "/big" else b"ok"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+    return app
+
+
+def test_a_tls_client_sending_close_notify_with_its_answer_unread_is_aborted_at_the_write_deadline(tmp_path, caplog):
+    """Over TLS, a client that sends close_notify with a large answer unread is aborted at --write-timeout (counted)
+    and a client at the cap is served again. asyncio ends its TLS shutdown at the client's close_notify and closes the
+    TCP transport, which waits for its buffer to drain for good; the TLS transport's get_write_buffer_size() counts
+    none of it. (Until 2026-12-07 such a client held its connection, and at the cap everyone was refused; found by
+    review.)"""
+    from tailor.manager.metrics import Metrics
+
+    w = 1.0
+    metrics = Metrics()
+    gone_after = None
+    with _TLSServer(_big_or_small(), tmp_path, metrics, max_connections=1, write_timeout_s=w) as srv:
+        sock = srv.unread_then_close_notify("/big")
+        t0 = time.monotonic()
+        try:
+            while time.monotonic() - t0 < w + MARGIN_S + 1.0:  # bounded in time
+                if metrics.http_connections._value.get() == 0:
+                    gone_after = time.monotonic() - t0
+                    break
+                time.sleep(0.05)
+            second = srv.get("/small")
+        finally:
+            sock.close()
+    print("TLS client after its close_notify: aborted after", gone_after, "s; write_timeout",
+          metrics.http_refused.labels("write_timeout")._value.get(), "; a second client got", second[:40])
+    assert gone_after is not None and 0.5 * w <= gone_after <= w + MARGIN_S, gone_after
+    assert second.startswith(b"HTTP/1.1 200 "), second
+    assert metrics.http_refused.labels("write_timeout")._value.get() == 1
+    assert "AttributeError" not in caplog.text and "Exception in" not in caplog.text, caplog.text
+
+
+def test_a_shutdown_with_a_tls_connection_the_client_closed_completes_and_closes_the_manager(tmp_path, caplog):
+    """A TLS connection the client closed (close_notify) while its answer is still buffered, then the server shuts
+    down: uvicorn's shutdown closes the connection once more, the shutdown waits for it at most --write-timeout, and
+    the manager's lifespan shutdown (Manager.close: flush, snapshot, store) runs. (Until 2026-12-07 the second close()
+    made asyncio's TLS transport drop its protocol, the write deadline's get_write_buffer_size() raised AttributeError
+    out of uvicorn's shutdown: no lifespan shutdown, the server's run failed with a traceback; found by review.)"""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="uvicorn.error")
+    w = 2.0
+    mgr_app = create_app(cfg(tmp_path, write_timeout_s=w, max_connections=4))
+    mgr = mgr_app.state.manager
+    closed = []
+    real_close = mgr.close
+
+    def close():
+        closed.append(time.monotonic())
+        real_close()
+
+    mgr.close = close
+    srv = _TLSServer(_big_or_small(mgr_app), tmp_path, mgr.metrics, lifespan="on", max_connections=4,
+                     write_timeout_s=w)
+    with srv:
+        assert srv.get("/healthz").startswith(b"HTTP/1.1 200 ")
+        sock = srv.unread_then_close_notify("/big")
+        try:
+            t_notify = time.monotonic()
+            time.sleep(0.3)
+            held = mgr.metrics.http_connections._value.get()
+            t0 = time.monotonic()
+            stopped = srv.stop(timeout_s=w + MARGIN_S + 5.0)
+            took = time.monotonic() - t0
+        finally:
+            sock.close()
+    print("held before shutdown:", held, "; shutdown stopped:", stopped, "after", round(took, 2), "s; raised:",
+          repr(srv.error), "; manager closed:", bool(closed), "; lifespan shutdown complete:",
+          "Application shutdown complete." in caplog.text)
+    assert held == 1, "the client's connection was gone before the shutdown (nothing to test)"
+    assert stopped and srv.error is None, f"the shutdown did not complete: {srv.error!r}"
+    assert closed and "Application shutdown complete." in caplog.text, "the lifespan shutdown did not run"
+    assert closed[0] - t_notify <= w + MARGIN_S + 1.0, closed[0] - t_notify
+    assert "AttributeError" not in caplog.text and "Exception in" not in caplog.text, caplog.text
 
 
 def test_the_test_server_has_the_same_bounds(tmp_path):

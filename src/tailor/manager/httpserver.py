@@ -14,22 +14,28 @@ the manager runs uvicorn's h11 protocol with four bounds of its own (:class:`Bou
   previous response on it (idle keep-alive connections are closed after uvicorn's 5 s keep-alive timeout);
 * a request's body must be complete within ``body_timeout_s`` of the end of its headers;
 * a client must take what the server writes: while the server waits on it (the connection's write buffer above its
-  high-water mark, so the application's next send waits, or the connection closed with output still buffered), it
-  must take at least ``WRITE_PROGRESS_BYTES`` of it every ``write_timeout_s``, else the connection is aborted. (Until
+  high-water mark, so the application's next send waits, or the connection closing, by either side, and not yet
+  gone), it must take at least ``WRITE_PROGRESS_BYTES`` of it every ``write_timeout_s``, else the connection is
+  aborted; a closing connection with nothing left to send is aborted after one ``write_timeout_s`` (a TLS close
+  waiting on the client's close_notify). Progress is measured, and the abort done, on the TCP transport: over TLS,
+  asyncio's TLS transport counts only what its TLS layer holds, not the TCP transport's buffer below it. (Until
   2026-12-07 no deadline ran while a response was written, and asyncio's ``close()`` waits for the buffer to
   drain for good: a client pipelining ``GET /healthz`` and reading nothing held its connection, and once the cap was
-  reached everyone was refused; found by review.)
+  reached everyone was refused; over TLS a client that sent close_notify with a large answer unread held its
+  connection for good the same way (asyncio ends its TLS shutdown at the client's close_notify and then closes the
+  TCP transport, draining without limit), and uvicorn's shutdown, closing that connection a second time, crashed
+  the server before the application's shutdown ran; found by review.)
 
 A connection past a header or body deadline is answered ``408 Request Timeout`` (when part of a request has arrived
 and no response has started; an idle one is closed without a word) and closed, the write deadline then bounding
 its close. Every refusal is counted in ``tailor_http_refused_connections_total{reason="connections"|
-"header_timeout"|"body_timeout"|"write_timeout"}``; ``tailor_http_connections`` is the number open. Pipelined
+"header_timeout"|"body_timeout"|"write_timeout"}`` (``write_timeout`` only when output was still buffered);
+``tailor_http_connections`` is the number open. Pipelined
 requests need no bound of their own: uvicorn stops reading at a pipelined request until the current response is
 done (each read in between, one per receive() of the application, is paused again at once), and a client that
 pipelines and reads nothing meets the write deadline. What these bounds do not cover: a TLS handshake (asyncio's
-own 60 s handshake timeout applies; a connection is counted only once its handshake is done; a TLS close has
-asyncio's own 30 s shutdown timeout) and the time the application takes to answer (its own bounds: the long-poll's ``max_wait_s``, the telemetry ack
-timeout).
+own 60 s handshake timeout applies; a connection is counted only once its handshake is done) and the time the
+application takes to answer (its own bounds: the long-poll's ``max_wait_s``, the telemetry ack timeout).
 """
 
 from __future__ import annotations
@@ -47,28 +53,62 @@ BACKLOG = 1024  # the listening socket's accept queue (the kernel caps it at net
 WRITE_PROGRESS_BYTES = 64 * 1024  # a client the server waits on takes at least this much per write_timeout_s
 
 
+def _tcp_transport(transport: asyncio.Transport) -> asyncio.Transport:
+    """The TCP transport under ``transport``: over TLS (asyncio's ``_SSLProtocolTransport``), its SSL protocol's
+    own transport (set before the handshake, so there by the application protocol's ``connection_made``)."""
+    tcp = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+    return tcp if tcp is not None else transport
+
+
 class _Transport:
     """A connection's transport as uvicorn sees it: counts the bytes written (so the write deadline can tell a
-    slow client from a stalled one) and, on every ``close()`` (uvicorn's, after a response, a 400, the keep-alive
-    timeout, an application's error or a shutdown, and this module's), starts the write deadline if output is still
-    buffered (asyncio's ``close()`` waits for the buffer to drain, however long that takes)."""
+    slow client from a stalled one), measures what is still buffered down to the TCP transport, aborts the TCP
+    transport too, and on every ``close()`` (uvicorn's, after a response, a 400, the keep-alive timeout, an
+    application's error or a shutdown, and this module's) starts the write deadline (asyncio's ``close()`` waits
+    for the buffer to drain, however long that takes). A ``close()`` of a transport already closing is not passed
+    on: asyncio's TLS transport, closed already by the client's close_notify, drops its protocol on a second
+    ``close()`` (its next ``get_write_buffer_size()`` then raises AttributeError)."""
 
     def __init__(self, transport: asyncio.Transport, protocol: BoundedH11Protocol):
         self._transport = transport
         self._protocol = protocol
+        self.tcp = _tcp_transport(transport)
+        self.tls = self.tcp is not transport
         self.written = 0
 
     def write(self, data) -> None:
-        self.written += len(data)
+        if not (self.tls and self._transport.is_closing()):  # asyncio's TLS transport drops it once closing
+            self.written += len(data)
         self._transport.write(data)
 
     def writelines(self, list_of_data) -> None:
         for data in list_of_data:
             self.write(data)
 
+    def buffered(self) -> int:
+        """Bytes written and not yet handed to the kernel: the TLS layer's and the TCP transport's."""
+        total = 0
+        for t in (self._transport, self.tcp) if self.tls else (self._transport,):
+            try:
+                total += t.get_write_buffer_size()
+            except AttributeError:  # asyncio's TLS transport after a second close() (not passed on here, but guarded)
+                pass
+        return total
+
+    def closing(self) -> bool:
+        return self._transport.is_closing() or self.tcp.is_closing()
+
     def close(self) -> None:
-        self._transport.close()
+        if not self._transport.is_closing():
+            self._transport.close()
         self._protocol._write_watch()
+
+    def abort(self) -> None:
+        try:
+            self._transport.abort()
+        finally:
+            if self.tls:  # the TCP transport too: its buffer is dropped, connection_lost follows
+                self.tcp.abort()
 
     def __getattr__(self, name):  # everything else is the transport's own
         return getattr(self._transport, name)
@@ -127,6 +167,9 @@ class BoundedH11Protocol(H11Protocol):
         if self._refused:
             return
         super().eof_received()
+        # the client ended its side (TCP FIN, or a TLS close_notify): asyncio closes the transport itself next, not
+        # through uvicorn's close(); the write deadline bounds that close too
+        self.loop.call_soon(self._write_watch)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -143,18 +186,20 @@ class BoundedH11Protocol(H11Protocol):
         if self._refused:
             return
         super().resume_writing()
-        self._cancel_write_timer()
-        self._write_watch()  # closing with output still buffered: the deadline runs on
+        if not self._waiting_on_client():  # closing: the deadline runs on, from its mark
+            self._cancel_write_timer()
 
     def _waiting_on_client(self) -> bool:
+        """The server waits on the client: the application's next send waits, or the connection is closing and
+        connection_lost has not come (output still buffered, or a TLS close waiting on the client)."""
         if self._lost or self.transport is None:
             return False
-        return self.flow.write_paused or (self.transport.is_closing() and self.transport.get_write_buffer_size() > 0)
+        return self.flow.write_paused or self.transport.closing()
 
     def _taken(self) -> int:
         """Bytes of the connection's output the client has taken (for TLS, roughly: plaintext written less what
-        is still buffered)."""
-        return self.transport.written - self.transport.get_write_buffer_size()
+        the TLS layer and the TCP transport still hold)."""
+        return self.transport.written - self.transport.buffered()
 
     def _write_watch(self) -> None:
         """Arm the write deadline when the server waits on the client (none armed yet)."""
@@ -171,11 +216,13 @@ class BoundedH11Protocol(H11Protocol):
         self._write_timer = None
         if not self._waiting_on_client():
             return
-        if self._taken() - self._write_mark >= WRITE_PROGRESS_BYTES:  # slow but taking it: another period
+        buffered = self.transport.buffered()
+        if buffered and self._taken() - self._write_mark >= WRITE_PROGRESS_BYTES:  # slow but taking it: on
             self._write_watch()
             return
-        self._count("write_timeout")
-        self.transport.abort()  # dropped: its buffer with it (connection_lost wakes the application's send)
+        if buffered:  # (a close with nothing buffered, waiting on a TLS close_notify, is no write timeout)
+            self._count("write_timeout")
+        self.transport.abort()  # dropped, down to the TCP transport (connection_lost wakes the application's send)
 
     # -- deadlines
     def _watch(self) -> None:

@@ -74,12 +74,15 @@ def test_edge_user_may_publish_telemetry_but_not_write_tables_or_read_state(tmp_
         e = await T.connect(srv.url, "edge", srv.password("edge"))
         try:
             mjs = m.jetstream()
-            await S.ensure_stream(mjs)
+            await S.ensure_stream(mjs, partitions=3)  # the production subjects of P = 3: tailor.tel.*.0-2
             b = await S.ensure_buckets(mjs)
             await b["tables"].put("part.0", b"{}")
             ejs = e.jetstream()
-            ack = await T.EdgePublisher(ejs).publish(0, T.records(3))
+            ack = await T.EdgePublisher(ejs).publish(2, T.records(3))
             assert ack.stream == S.STREAM
+            with pytest.raises(Exception):  # noqa: B017 (partition 3 of a larger P: no stream answers)
+                await T.EdgePublisher(ejs).publish(3, T.records(1))
+            assert (await mjs.stream_info(S.STREAM)).state.messages == 1
             with pytest.raises(Exception):  # noqa: B017 (a permissions violation surfaces as a timeout or an error)
                 await ejs.publish("$KV.tailor-tables.part.0", b"forged", timeout=1)
             with pytest.raises(Exception):  # noqa: B017

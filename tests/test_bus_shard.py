@@ -7,6 +7,7 @@ Shards run as subprocesses (``python -m tailor manager --bus ...``) with ``--upd
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import pickle
 import signal
@@ -995,7 +996,121 @@ def test_a_shard_narrows_an_old_streams_subjects_and_removes_its_strays(bus):
             assert info.config.subjects == ["tailor.tel.*.0"]
             assert info.state.subjects == {"tailor.tel.a.0": 2} and info.state.messages == 2
             assert _seqs(await _fetch_msgs(sub, 1)) == keep[1:]  # its pending list was not touched
-            assert await S.ensure_stream(js, partitions=1) == "kept" and await S.remove_strays(js, 1) == 0
+            assert await S.ensure_stream(js, partitions=1) == "kept" and (await S.remove_strays(js, 1)).removed == 0
+        finally:
+            await nc.close()
+
+    bus.run(go())
+
+
+class _Events(logging.Handler):
+    """The tailor.manager log events (their fields) emitted while installed."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.events: list[tuple[int, dict]] = []
+
+    def emit(self, record):
+        self.events.append((record.levelno, dict(getattr(record, "fields", None) or {})))
+
+    def __enter__(self):
+        logging.getLogger("tailor.manager").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger("tailor.manager").removeHandler(self)
+
+    def named(self, event: str) -> list[tuple[int, dict]]:
+        return [(lvl, f) for lvl, f in self.events if f.get("event") == event]
+
+
+def test_fewer_partitions_count_and_log_the_removed_partitions_unacknowledged_messages(bus):
+    """The cluster document recreated with fewer partitions (P 8 -> 6, an operator's reset): a shard's start narrows
+    the stream to ``tailor.tel.*.<p>`` for p < 6 and purges what it held on partitions 6 and 7 (nats-server keeps a
+    message whose subject the stream no longer has: it would hold stream space forever). Partition 6's message that
+    its consumer acknowledged is history; partition 7's three were never folded: counted in the heartbeat's
+    ``messages_lost_repartition`` and logged at ERROR with their subjects (until 2026-12-07 purged with a WARNING
+    ``bus.strays_removed`` only, counted nowhere; found by review). A publish on partition 7 is then refused."""
+    from dataclasses import replace
+
+    from tailor.bus import setup as S
+    from tailor.bus.shard import Shard
+
+    async def go():
+        nc, js = await _conn(bus)
+        enc, ejs = await _conn(bus, "edge")
+        try:
+            assert await S.ensure_stream(js, max_bytes=1 << 20, partitions=8) == "created"
+            await S.ensure_consumers(js, 8, ack_wait_s=1.0)
+            for p in range(8):
+                await js.publish(S.tel_subject("fra", p), b"p%d" % p)
+            await js.publish(S.tel_subject("fra", 7), b"p7-b")
+            await js.publish(S.tel_subject("lis", 7), b"p7-c")
+            sub6 = await js.pull_subscribe_bind(consumer=S.consumer_name(6), stream=S.STREAM)
+            await (await sub6.fetch(1, timeout=3))[0].ack_sync()  # partition 6's message was folded
+            await asyncio.sleep(0.2)
+            with _Events() as ev:
+                sh = Shard(replace(_shard_cfg(bus, "A"), partitions=6))  # creates the cluster document: P = 6
+                await sh.connect()
+                await sh.heartbeat()
+                await sh.nc.close()
+            info = await js.stream_info(S.STREAM, subjects_filter=">")
+            assert info.config.subjects == S.stream_subjects(6)
+            assert info.state.subjects == {S.tel_subject("fra", p): 1 for p in range(6)}
+            counters = (await T.heartbeats(js))["A"]["counters"]
+            assert counters["messages_lost_repartition"] == 3 and counters["stray_messages_removed"] == 0, counters
+            lost = ev.named("bus.messages_lost_repartition")
+            assert len(lost) == 1 and lost[0][0] == logging.ERROR, ev.events
+            assert lost[0][1]["messages"] == 3
+            assert lost[0][1]["subjects"] == {"tailor.tel.fra.7": 2, "tailor.tel.lis.7": 1}
+            (lvl, removed), = ev.named("bus.strays_removed")
+            assert removed["acknowledged_history"] == 1 and removed["messages"] == 1
+            with pytest.raises(Exception):  # noqa: B017 (no stream stores the subject: NoStreamResponseError)
+                await ejs.publish(S.tel_subject("fra", 7), b"late", timeout=1)
+            assert (await S.remove_strays(js, 6)).removed == 0
+        finally:
+            await enc.close()
+            await nc.close()
+
+    bus.run(go())
+
+
+def test_the_stream_takes_the_partitions_subjects_before_the_cluster_document_exists(bus, monkeypatch):
+    """Edges publish as soon as they read ``P`` in the cluster document: the shard that creates the document sets the
+    stream up for ``P`` first. Until 2026-12-07 it created the document, then the stream: an edge publishing in between
+    got no answer (nats.go's ErrNoStreamResponse, counted nowhere; found by review). Before the document exists the
+    stream is only widened: a stream of another ``P`` keeps its subjects and messages until the document is read."""
+    from nats.js.errors import NotFoundError
+    from nats.js.kv import KeyValue
+
+    from tailor.bus import setup as S
+    from tailor.bus.shard import Shard
+
+    async def go():
+        nc, js = await _conn(bus)
+        seen = []
+        create = KeyValue.create
+
+        async def spying_create(self, key, value, *args, **kwargs):
+            if key == S.CLUSTER_KEY:
+                try:
+                    seen.append((await js.stream_info(S.STREAM)).config.subjects)
+                except NotFoundError:
+                    seen.append(None)
+            return await create(self, key, value, *args, **kwargs)
+
+        monkeypatch.setattr(KeyValue, "create", spying_create)
+        try:
+            sh = Shard(_shard_cfg(bus, "A"))  # partitions=1
+            await sh.connect()
+            await sh.nc.close()
+            assert seen == [S.stream_subjects(1)], seen
+            # widening only: a stream of P = 2 is left alone, one of tailor.tel.> too (it covers every partition)
+            assert await S.ensure_stream(js, partitions=1) == "kept"
+            assert await S.ensure_stream(js, partitions=3, widen_only=True) == "widened"
+            assert (await js.stream_info(S.STREAM)).config.subjects == S.stream_subjects(3)
+            assert await S.ensure_stream(js, partitions=2, widen_only=True) == "kept"
+            assert (await js.stream_info(S.STREAM)).config.subjects == S.stream_subjects(3)
         finally:
             await nc.close()
 

@@ -132,3 +132,14 @@ def test_the_stream_stores_exactly_the_subjects_the_partition_consumers_read():
     for subject in ("tailor.tel.x.3", "tailor.tel.x.99", "tailor.tel.a.b.0", "tailor.tel.x.00", "tailor.tel.x.-1",
                     "tailor.tel.0", "tailor.tel..0", "tailor.tel.x.1a", "other.tel.x.0", "tailor.tel.x.0.y"):
         assert not S.is_partition_subject(subject, 3), subject
+    # a partition of a larger, earlier P (the cluster document recreated with fewer partitions): counted as lost
+    assert [S.earlier_partition(x, 3) for x in ("tailor.tel.x.3", "tailor.tel.x.99", "tailor.tel.x.255")] == [3, 99, 255]
+    for subject in ("tailor.tel.x.2", "tailor.tel.x.256", "tailor.tel.x.03", "tailor.tel.a.b.3", "tailor.tel..3"):
+        assert S.earlier_partition(subject, 3) is None, subject
+
+
+def test_widening_adds_only_subjects_the_stream_does_not_cover():
+    assert S._covers("tailor.tel.>", "tailor.tel.*.0") and S._covers("tailor.tel.*.0", "tailor.tel.*.0")
+    assert S._covers("tailor.tel.*.0", "tailor.tel.x.0") and not S._covers("tailor.tel.x.0", "tailor.tel.*.0")
+    assert not S._covers("tailor.tel.*.0", "tailor.tel.*.1") and not S._covers("tailor.tel.*.0", "tailor.tel.>")
+    assert not S._covers("tailor.tel.>", "tailor.tel") and not S._covers("tailor.tel.*", "tailor.tel.*.0")

@@ -228,9 +228,10 @@ func classify(e *jetstream.APIError) error {
 // Publish sends data with the Nats-Msg-Id header and waits for the PubAck.
 // A JetStream refusal wraps the sentinel classify gives it: a full stream
 // (TAILOR_TELEMETRY discards nothing: it refuses the publish) or storage
-// telemetry.ErrBusFull and an unavailable JetStream
-// telemetry.ErrBusUnavailable (the batch stays buffered), anything else
-// (e.g. a message over the size limit) telemetry.ErrPublishRefused.
+// telemetry.ErrBusFull and an unavailable JetStream or no stream for the
+// subject telemetry.ErrBusUnavailable (the batch stays buffered), anything
+// else (e.g. a message over the size limit) telemetry.ErrPublishRefused
+// (publishError).
 func (p *Publisher) Publish(ctx context.Context, subject, msgID string, data []byte) error {
 	if !p.NC.IsConnected() {
 		return ErrAway
@@ -242,9 +243,31 @@ func (p *Publisher) Publish(ctx context.Context, subject, msgID string, data []b
 	ctx, cancel := context.WithTimeout(ctx, t)
 	defer cancel()
 	_, err := p.JS.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+	return publishError(subject, err)
+}
+
+// publishError maps what JetStream's Publish returned to BusSink's
+// sentinels: an API error as classify says; no stream answering the
+// subject (nats.go's ErrNoStreamResponse after its retries on no
+// responders: the stream is not created yet, e.g. between a manager's
+// cluster document and its stream, or it stores another partition count's
+// subjects) telemetry.ErrBusUnavailable: kept, retried and counted, while
+// the sink re-forms the batch once the edge learns the new partition count
+// (until 2026-12-07 it was returned as it was: kept and retried, counted
+// nowhere); a message over the server's max_payload
+// telemetry.ErrPublishRefused. Anything else (a timeout, the connection
+// lost) as it is: kept and retried.
+func publishError(subject string, err error) error {
+	if err == nil {
+		return nil
+	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		return fmt.Errorf("%w: %s: %v", classify(apiErr), subject, err)
+	}
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w: %s: no stream stores the subject (not created yet, or set up for another partition count): %v",
+			telemetry.ErrBusUnavailable, subject, err)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return fmt.Errorf("%w: %s: %v", telemetry.ErrPublishRefused, subject, err)

@@ -1,9 +1,12 @@
 package bus
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tailor-project/tailor/edge/internal/telemetry"
@@ -35,5 +38,33 @@ func TestClassifyRefusals(t *testing.T) {
 		if !errors.Is(got, c.want) {
 			t.Errorf("%s (%d, err_code %d): %v, want %v", c.name, c.code, c.err, got, c.want)
 		}
+	}
+}
+
+// TestPublishErrors: what Publish returns for JetStream's answers. No
+// stream answering the subject (jetstream.ErrNoStreamResponse: no stream
+// yet, or one set up for another partition count) is unavailable, kept and
+// counted; until 2026-12-07 it was returned as it was (kept, counted
+// nowhere).
+func TestPublishErrors(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"no stream answers", jetstream.ErrNoStreamResponse, telemetry.ErrBusUnavailable},
+		{"no responders", fmt.Errorf("wrapped: %w", nats.ErrNoResponders), telemetry.ErrBusUnavailable},
+		{"stream full", &jetstream.APIError{Code: 503, ErrorCode: 10077}, telemetry.ErrBusFull},
+		{"over max_payload", nats.ErrMaxPayload, telemetry.ErrPublishRefused},
+	} {
+		if got := publishError("tailor.tel.x.7", c.err); !errors.Is(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	if publishError("s", nil) != nil {
+		t.Error("nil")
+	}
+	if got := publishError("s", context.DeadlineExceeded); got != context.DeadlineExceeded {
+		t.Errorf("a timeout: %v, want it as it is", got)
 	}
 }

@@ -67,6 +67,13 @@ var msgIDRE = regexp.MustCompile(`^edge-a/[0-9a-f]{16}/[0-9]+$`)
 
 func checkStored(t *testing.T, msgs []stored) (records int, dropped int64) {
 	t.Helper()
+	return checkStoredP(t, msgs, 4)
+}
+
+// checkStoredP checks subjects, message ids and that every record is in
+// its subject's partition for P partitions.
+func checkStoredP(t *testing.T, msgs []stored, P int) (records int, dropped int64) {
+	t.Helper()
 	ids := map[string]bool{}
 	for _, m := range msgs {
 		p, err := strconv.Atoi(strings.TrimPrefix(m.subject, "tailor.tel.fra-1."))
@@ -78,7 +85,7 @@ func checkStored(t *testing.T, msgs []stored) (records int, dropped int64) {
 		}
 		ids[m.id] = true
 		for _, r := range m.batch.Records {
-			if got := Partition(r.ClientPrefix, 4); got != p {
+			if got := Partition(r.ClientPrefix, P); got != p {
 				t.Errorf("%s in %s (partition %d)", r.ClientPrefix, m.subject, got)
 			}
 		}
@@ -94,7 +101,7 @@ func checkStored(t *testing.T, msgs []stored) (records int, dropped int64) {
 // the buffer holds its bound and counts the rest; publishing resumes when
 // a server comes back on the same port and store.
 func TestBusSink(t *testing.T) {
-	srv := bustest.Start(t, false)
+	srv := bustest.StartWith(t, bustest.Options{Partitions: 4})
 	js, _ := srv.Setup(t)
 	sink, nc := newSink(t, srv.URL(), 100, Options{})
 	ctx := context.Background()
@@ -145,7 +152,7 @@ func TestBusSink(t *testing.T) {
 // TestBusSinkWaitsForPartitions: without the cluster document (P
 // unknown) records wait in the buffer.
 func TestBusSinkWaitsForPartitions(t *testing.T) {
-	srv := bustest.Start(t, false)
+	srv := bustest.StartWith(t, bustest.Options{Partitions: 4})
 	js, _ := srv.Setup(t)
 	sink, _ := newSink(t, srv.URL(), 100, Options{})
 	P := 0
@@ -165,7 +172,7 @@ func TestBusSinkWaitsForPartitions(t *testing.T) {
 // TestBusSinkSplitsToMaxPayload: with a small server max_payload the
 // batches are split to fit, every record stored once.
 func TestBusSinkSplitsToMaxPayload(t *testing.T) {
-	srv := bustest.StartWith(t, bustest.Options{MaxPayload: 64 << 10})
+	srv := bustest.StartWith(t, bustest.Options{MaxPayload: 64 << 10, Partitions: 4})
 	js, _ := srv.Setup(t)
 	sink, _ := newSink(t, srv.URL(), 5000, Options{})
 	long := strings.Repeat("x", 120)
@@ -231,7 +238,7 @@ func TestBusSinkRefused(t *testing.T) {
 // shards trim acknowledged history; here a purge). Until 2026-12-07 the
 // refusal was a JetStream API error like any other: the batch was dropped.
 func TestBusSinkStreamFull(t *testing.T) {
-	srv := bustest.StartWith(t, bustest.Options{StreamMaxBytes: 16 << 10})
+	srv := bustest.StartWith(t, bustest.Options{StreamMaxBytes: 16 << 10, Partitions: 4})
 	js, _ := srv.Setup(t)
 	sink, _ := newSink(t, srv.URL(), 200, Options{})
 	ctx := context.Background()
@@ -286,4 +293,85 @@ func TestBusSinkStreamFull(t *testing.T) {
 		t.Fatalf("drained: %+v; %d records stored, %d drops reported, %d added", st, stored, reported, n)
 	}
 	t.Logf("%d records: %d stored, %d dropped by the bound (counted), %d publishes refused by the full stream", n, stored, st.Dropped, st.BusFull)
+}
+
+// TestBusSinkNoStreamYetIsUnavailable: before a manager created the stream
+// (the window between its cluster document, which the edge reads, and its
+// stream; since 2026-12-07 the managers create the stream first) a publish
+// finds no stream: nats.go's ErrNoStreamResponse, no API error. The batch
+// is kept and retried, counted as unavailable (until 2026-12-07 it was
+// returned as it was: kept, counted nowhere), and goes out once the stream
+// exists.
+func TestBusSinkNoStreamYetIsUnavailable(t *testing.T) {
+	srv := bustest.StartWith(t, bustest.Options{Partitions: 4})
+	sink, _ := newSink(t, srv.URL(), 100, Options{})
+	ctx := context.Background()
+	for i := range 10 {
+		sink.Add(record(i))
+	}
+	must(t, sink.Flush(ctx))
+	if st := sink.Stats(); st.BusUnavailable != 1 || st.Pending != 10 || st.Dropped != 0 || st.Refused != 0 || st.Sent != 0 {
+		t.Fatalf("no stream: %+v; want the batch kept and counted unavailable", st)
+	}
+	js, _ := srv.Setup(t)
+	must(t, sink.Flush(ctx))
+	if st := sink.Stats(); st.Pending != 0 || st.Sent != 10 || st.BusUnavailable != 1 {
+		t.Fatalf("stream created: %+v", st)
+	}
+	if n, _ := checkStored(t, readStream(t, js)); n != 10 {
+		t.Fatalf("stored %d records", n)
+	}
+}
+
+// TestBusSinkReformsForFewerPartitions: the stream stores the partitions of
+// P = 8 (bustest.Subjects, as the managers set it up), then of P = 6 (the
+// cluster document recreated with fewer partitions). A batch formed for
+// partition 7 is refused (no stream answers): kept, retried and counted as
+// unavailable while the edge still reads P = 8; once it reads P = 6 the
+// batch is re-formed, its records re-partitioned, and everything is stored
+// in its partition for P = 6. Until 2026-12-07 the batch kept its subject
+// and was retried forever ahead of every other batch, counted nowhere
+// (found by review).
+func TestBusSinkReformsForFewerPartitions(t *testing.T) {
+	srv := bustest.StartWith(t, bustest.Options{Partitions: 8})
+	js, _ := srv.Setup(t)
+	sink, _ := newSink(t, srv.URL(), 1000, Options{})
+	P := 8
+	sink.Partitions = func() int { return P }
+	first := 0
+	for Partition(record(first).ClientPrefix, 8) != 7 {
+		first++
+	}
+	sink.Add(record(first)) // the first batch formed is partition 7's
+	for i := range 60 {
+		if i != first {
+			sink.Add(record(i))
+		}
+	}
+	bustest.SetPartitions(t, js, 6)
+	ctx := context.Background()
+	for round := 1; round <= 2; round++ {
+		must(t, sink.Flush(ctx))
+		if st := sink.Stats(); st.BusUnavailable != int64(round) || st.Pending != 60 || st.Sent != 0 || st.Dropped != 0 || st.Refused != 0 {
+			t.Fatalf("flush %d with P = 8 on a stream of 6: %+v; want the batch kept, counted unavailable", round, st)
+		}
+	}
+	P = 6 // the edge reads the new cluster document
+	must(t, sink.Flush(ctx))
+	if st := sink.Stats(); st.Pending != 0 || st.PendingBytes != 0 || st.Sent != 60 || st.Dropped != 0 || st.BusUnavailable != 2 {
+		t.Fatalf("after P = 6: %+v", st)
+	}
+	msgs := readStream(t, js)
+	if n, _ := checkStoredP(t, msgs, 6); n != 60 {
+		t.Fatalf("stored %d records of 60", n)
+	}
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		for _, r := range m.batch.Records {
+			if seen[r.ClientPrefix] {
+				t.Errorf("%s stored twice", r.ClientPrefix)
+			}
+			seen[r.ClientPrefix] = true
+		}
+	}
 }

@@ -25,8 +25,10 @@ var ErrPublishRefused = errors.New("telemetry batch refused by the bus")
 var ErrBusFull = errors.New("bus stream full")
 
 // ErrBusUnavailable: JetStream cannot answer now (a 503 that is not a full
-// store, e.g. a cluster without its leader). Kept and retried as a full
-// stream, counted apart (Stats().BusUnavailable).
+// store, e.g. a cluster without its leader; or no stream answers the
+// subject: nats.go's ErrNoStreamResponse, the stream not created yet or set
+// up for another partition count). Kept and retried as a full stream,
+// counted apart (Stats().BusUnavailable).
 var ErrBusUnavailable = errors.New("bus JetStream unavailable")
 
 // Publisher is what BusSink needs of the bus (bus.Publisher): publish with
@@ -43,7 +45,14 @@ type Publisher interface {
 // batch; a batch whose publish failed (bus away, stream full) is
 // re-published with the same message id (the stream's duplicate window
 // drops a second copy). While the partition count is unknown (no cluster
-// document yet) records wait.
+// document yet) records wait. A formed batch whose partition count is no
+// longer the cluster's (the cluster document changed P) is re-formed for
+// the current one before it is published again: its records re-partitioned
+// into new batches (new message ids), or, if its message cannot be read
+// back (it cannot happen), dropped and counted. Until 2026-12-07 such a
+// batch kept its subject: after P went down the stream refused it (no
+// stream answers), and it was retried forever ahead of every other batch,
+// counted nowhere (found by review).
 type BusSink struct {
 	Pub         Publisher
 	Pop         string                         // --pop
@@ -73,6 +82,7 @@ type busBatch struct {
 	data        []byte
 	n, bytes    int
 	dropped     int64 // the drop count it reports
+	parts       int   // the partition count it was formed for
 }
 
 // Add buffers r, or drops it when the buffer is full or r is invalid.
@@ -119,8 +129,9 @@ func (s *BusSink) messageLimit() int {
 	return limit - 1024
 }
 
-// Flush publishes the formed batches still unacknowledged, then forms
-// batches from the buffer and publishes them. While the bus is away or its
+// Flush re-forms the formed batches of another partition count (reform),
+// publishes the formed batches still unacknowledged, then forms batches
+// from the buffer and publishes them. While the bus is away or its
 // stream full it returns nil (the records stay; the first failure is
 // logged, a full stream's refusals counted in Stats().BusFull, an
 // unavailable JetStream's in Stats().BusUnavailable); a batch the
@@ -132,6 +143,9 @@ func (s *BusSink) Flush(ctx context.Context) error {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		s.Nonce = hex.EncodeToString(b[:])
+	}
+	if err := s.reform(s.partitions()); err != nil {
+		return err
 	}
 	if len(s.formed) == 0 {
 		if err := s.form(); err != nil {
@@ -183,21 +197,92 @@ func (s *BusSink) Flush(ctx context.Context) error {
 	return refused
 }
 
+func (s *BusSink) partitions() int {
+	if s.Partitions == nil {
+		return 0
+	}
+	return s.Partitions()
+}
+
 // form takes the buffered records into batches grouped by partition
 // (bounded: MaxRecords per batch, about min(4 MiB, the server's limit)).
 func (s *BusSink) form() error {
-	P := 0
-	if s.Partitions != nil {
-		P = s.Partitions()
-	}
+	P := s.partitions()
 	if P <= 0 {
 		return nil
 	}
-	limitBytes := min(maxBatchBytes, s.messageLimit()*3/4)
 	recs, sizes, dropped := s.q.take(maxBatchesPerFlush * MaxRecords)
+	return s.group(P, recs, sizes, dropped)
+}
+
+// reform re-forms the formed batches of another partition count than P
+// (the cluster document changed P since they were formed): their records
+// go into new batches for P (ahead of the batches formed for P), the drop
+// counts they carried with them. Their old subjects are wrong: a partition
+// the stream no longer stores (refused: no stream answers), or one whose
+// shard refuses the records of other partitions. A batch whose message
+// cannot be decoded (it cannot happen: this sink encoded it) is dropped
+// and counted. With P unknown (0) nothing changes.
+func (s *BusSink) reform(P int) error {
+	if P <= 0 {
+		return nil
+	}
+	var kept, stale []*busBatch
+	for _, b := range s.formed {
+		if b.parts == P {
+			kept = append(kept, b)
+		} else {
+			stale = append(stale, b)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	var recs []Record
+	var sizes []int
+	var dropped int64
+	lost, was := 0, stale[0].parts
+	for _, b := range stale {
+		var batch Batch
+		err := json.Unmarshal(b.data, &batch)
+		if err == nil && len(batch.Records) != b.n {
+			err = fmt.Errorf("%d records, formed with %d", len(batch.Records), b.n)
+		}
+		if err != nil {
+			s.q.ackedDropped(b.n, b.bytes, b.dropped)
+			lost += b.n
+			s.logf("telemetry: batch %s cannot be re-formed (%v): dropped %d records", b.id, err, b.n)
+			continue
+		}
+		dropped += b.dropped
+		// the queue's estimates again; the batch's total is kept exact (it
+		// goes back to the queue's held bytes with the acknowledgement)
+		sum := 0
+		for i := range batch.Records {
+			sz := EncodedSize(&batch.Records[i])
+			sizes = append(sizes, sz)
+			sum += sz
+		}
+		if len(batch.Records) > 0 {
+			sizes[len(sizes)-1] += b.bytes - sum
+		}
+		recs = append(recs, batch.Records...)
+	}
+	s.formed = nil
+	err := s.group(P, recs, sizes, dropped)
+	s.formed = append(s.formed, kept...)
+	s.logf("telemetry: the cluster has %d partitions (was %d): %d records of %d unacknowledged batches re-formed, %d dropped",
+		P, was, len(recs), len(stale), lost)
+	return err
+}
+
+// group forms batches for P from recs (with their estimated sizes) and
+// the drop count to report (a batch of only that count when recs is empty).
+func (s *BusSink) group(P int, recs []Record, sizes []int, dropped int64) error {
 	if len(recs) == 0 && dropped == 0 {
 		return nil
 	}
+	limitBytes := min(maxBatchBytes, s.messageLimit()*3/4)
 	byPart := map[int][]int{}
 	var order []int
 	for i := range recs {
@@ -222,7 +307,7 @@ func (s *BusSink) form() error {
 			for _, i := range idx[start:end] {
 				chunk = append(chunk, recs[i])
 			}
-			if err := s.add(p, chunk, size, &dropped); err != nil {
+			if err := s.add(p, P, chunk, size, &dropped); err != nil {
 				return err
 			}
 			if end == start {
@@ -236,7 +321,7 @@ func (s *BusSink) form() error {
 
 // add encodes one batch (splitting it when its encoding exceeds the
 // message limit) and appends it to formed.
-func (s *BusSink) add(p int, recs []Record, size int, dropped *int64) error {
+func (s *BusSink) add(p, P int, recs []Record, size int, dropped *int64) error {
 	b := Batch{Schema: SchemaID, Source: s.Source, Records: recs}
 	if b.Records == nil {
 		b.Records = []Record{}
@@ -250,15 +335,15 @@ func (s *BusSink) add(p int, recs []Record, size int, dropped *int64) error {
 	if len(data) > s.messageLimit() && len(recs) > 1 {
 		half := len(recs) / 2
 		hs := size * half / len(recs)
-		if err := s.add(p, recs[:half], hs, dropped); err != nil {
+		if err := s.add(p, P, recs[:half], hs, dropped); err != nil {
 			return err
 		}
-		return s.add(p, recs[half:], size-hs, dropped)
+		return s.add(p, P, recs[half:], size-hs, dropped)
 	}
 	*dropped = 0 // reported by this batch
 	s.seq++
 	s.formed = append(s.formed, &busBatch{subject: "tailor.tel." + s.Pop + "." + strconv.Itoa(p),
-		id: s.Source + "/" + s.Nonce + "/" + strconv.FormatUint(s.seq, 10), data: data, n: len(recs), bytes: size, dropped: d})
+		id: s.Source + "/" + s.Nonce + "/" + strconv.FormatUint(s.seq, 10), data: data, n: len(recs), bytes: size, dropped: d, parts: P})
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -434,5 +435,148 @@ func TestBusSinkKeepsBatchesJetStreamCannotTakeNow(t *testing.T) {
 	}
 	if st := s.Stats(); st.Pending != 0 || st.Sent != 4 || len(bus.stored) != 1 || st.BusUnavailable != 2 {
 		t.Fatalf("after: %+v, stored %+v", st, bus.stored)
+	}
+}
+
+// partBus refuses, as ErrBusUnavailable (no stream answers), the subjects
+// of partitions >= refuseFrom (all with refuseFrom 0), and stores the rest.
+type partBus struct {
+	refuseFrom int
+	subjects   []string
+	stored     []Batch
+}
+
+func (b *partBus) Publish(_ context.Context, subject, _ string, data []byte) error {
+	p, _ := strconv.Atoi(subject[strings.LastIndex(subject, ".")+1:])
+	if p >= b.refuseFrom {
+		return fmt.Errorf("%w: %s: no stream stores the subject", ErrBusUnavailable, subject)
+	}
+	var batch Batch
+	if err := json.Unmarshal(data, &batch); err != nil {
+		return err
+	}
+	b.subjects, b.stored = append(b.subjects, subject), append(b.stored, batch)
+	return nil
+}
+
+func (b *partBus) MaxPayload() int64 { return 1 << 20 }
+
+// prefixIndex is the i of "10.0.<i>.0/24" modulo P (a partition function
+// the test can predict).
+func prefixIndex(prefix string, P int) int {
+	i, _ := strconv.Atoi(strings.Split(prefix, ".")[2])
+	return i % P
+}
+
+// TestBusSinkReformsBatchesForANewPartitionCount: batches formed for P = 8
+// whose partition 7 the stream no longer stores (P went down to 6) are
+// kept and counted unavailable while the sink reads P = 8, and re-formed
+// when it reads P = 6: every record published once in its partition for
+// P = 6, the drop count the stale batch carried reported once, the
+// buffer's accounting back to zero. The same when P goes up (6 -> 8: the
+// shard of the old partition would refuse the records of the new ones).
+func TestBusSinkReformsBatchesForANewPartitionCount(t *testing.T) {
+	bus := &partBus{refuseFrom: 6}
+	var logs bytes.Buffer
+	P := 8
+	s := &BusSink{Pub: bus, Pop: "p", Source: "e", Partitions: func() int { return P }, PartitionOf: prefixIndex,
+		Limit: 10, Log: log.New(&logs, "", 0)}
+	add := func(is ...int) {
+		for _, i := range is {
+			s.Add(Record{Time: 1.7e9, Kind: "response", ClientPrefix: fmt.Sprintf("10.0.%d.0/24", i), ConfigID: "c-0123456789", TableVersion: 1})
+		}
+	}
+	add(7, 0, 1, 2, 3, 4, 5, 6, 8, 15, 16, 17) // 10 fit, 2 dropped; the first batch is partition 7's
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Pending != 10 || st.Dropped != 2 || st.BusUnavailable != 1 || st.Sent != 0 || len(bus.stored) != 0 {
+		t.Fatalf("P = 8 on a stream of 6: %+v", st)
+	}
+	P = 6
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.Pending != 0 || st.PendingBytes != 0 || st.Sent != 10 || st.Dropped != 2 || st.BusUnavailable != 1 || st.Refused != 0 {
+		t.Fatalf("P = 6: %+v", st)
+	}
+	check := func(P int) (records int, dropped int64) {
+		for k, b := range bus.stored {
+			p, _ := strconv.Atoi(bus.subjects[k][strings.LastIndex(bus.subjects[k], ".")+1:])
+			for _, r := range b.Records {
+				if prefixIndex(r.ClientPrefix, P) != p {
+					t.Errorf("%s in %s (P = %d)", r.ClientPrefix, bus.subjects[k], P)
+				}
+			}
+			records += len(b.Records)
+			if b.Dropped != nil {
+				dropped += *b.Dropped
+			}
+		}
+		return records, dropped
+	}
+	if n, d := check(6); n != 10 || d != 2 {
+		t.Fatalf("stored %d records, %d drops reported; want 10 and 2", n, d)
+	}
+	if !strings.Contains(logs.String(), "the cluster has 6 partitions (was 8): 10 records of 8 unacknowledged batches re-formed, 0 dropped") {
+		t.Fatalf("log:\n%s", logs.String())
+	}
+
+	// P goes up: 6 -> 8, while JetStream is unavailable
+	bus.refuseFrom, bus.stored, bus.subjects = 0, nil, nil
+	add(9, 10, 11, 12, 13, 14, 18, 23)
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	P, bus.refuseFrom = 8, 8
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Pending != 0 || st.PendingBytes != 0 || st.Sent != 18 || st.Dropped != 2 {
+		t.Fatalf("P = 8: %+v", st)
+	}
+	if n, d := check(8); n != 8 || d != 0 {
+		t.Fatalf("stored %d records, %d drops reported; want 8 and 0", n, d)
+	}
+}
+
+// TestBusSinkDropsABatchItCannotReform: a stale batch whose message cannot
+// be read back (it cannot happen: the sink encoded it) is dropped and
+// counted, and its records' count travels in the next batch: it never
+// blocks the queue.
+func TestBusSinkDropsABatchItCannotReform(t *testing.T) {
+	bus := &partBus{refuseFrom: 0}
+	P := 2
+	s := &BusSink{Pub: bus, Pop: "p", Source: "e", Partitions: func() int { return P }, PartitionOf: prefixIndex,
+		Limit: 10, Log: log.New(io.Discard, "", 0)}
+	for i := range 4 {
+		s.Add(Record{Time: 1.7e9, Kind: "response", ClientPrefix: fmt.Sprintf("10.0.%d.0/24", i), ConfigID: "c-0123456789", TableVersion: 1})
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.formed) != 2 {
+		t.Fatalf("%d batches formed, want 2", len(s.formed))
+	}
+	s.formed[0].data = []byte("not json")
+	P, bus.refuseFrom = 3, 3
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Pending != 0 || st.PendingBytes != 0 || st.Dropped != 2 || st.Sent != 2 {
+		t.Fatalf("%+v; want the unreadable batch's 2 records dropped, the other 2 sent", st)
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var reported int64
+	for _, b := range bus.stored {
+		if b.Dropped != nil {
+			reported += *b.Dropped
+		}
+	}
+	if reported != 2 {
+		t.Fatalf("drops reported %d, want 2", reported)
 	}
 }

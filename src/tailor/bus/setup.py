@@ -18,7 +18,16 @@ The stream's subjects are the partitions' (``tailor.tel.*.<p>`` for the cluster'
 exactly what the ``part-<p>`` consumers filter: a publish on any other subject under ``tailor.tel.>`` (which the edge
 user may publish on) finds no stream and is refused, rather than stored where no consumer reads it and no trim
 removes it, until a discard-new stream full of it refused everyone's telemetry (``tailor.tel.>`` until 2026-12-07,
-found by review). :func:`ensure_stream` narrows an older stream's subjects and removes what it stored on the others.
+found by review). :func:`ensure_stream` narrows an older stream's subjects and removes what it stored on the others
+(:func:`remove_strays`: nats-server keeps a message whose subject the stream no longer has, holding stream space
+that no consumer reads and no trim frees). When ``P`` went down (the cluster document recreated with fewer
+partitions) the removed partitions' unacknowledged messages are telemetry no shard will fold: counted
+(``messages_lost_repartition``) and logged at ERROR with their subjects (``bus.messages_lost_repartition``; until
+2026-12-07 purged with a WARNING only, found by review).
+
+A shard that creates the cluster document sets the stream up for its ``P`` first (:func:`cluster_doc`'s
+``before_create``; only adding subjects, never removing any): an edge learns ``P`` from the document and publishes at
+once, and until 2026-12-07 its first publishes could find no stream (found by review).
 """
 
 from __future__ import annotations
@@ -30,10 +39,12 @@ import re
 import secrets
 import time
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from nats.js import api
-from nats.js.errors import BadRequestError, BucketNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import (BadRequestError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError,
+                            NotFoundError)
 
 from tailor.bus.partition import DEFAULT_PARTITIONS, MAX_PARTITIONS
 from tailor.errors import ParameterError
@@ -56,6 +67,7 @@ HEARTBEAT_S, HEARTBEAT_TTL_S = 1.0, 6.0
 ACK_WAIT_S = 30.0
 MAX_ACK_PENDING = 10_000
 MAX_STRAY_ROUNDS = 4  # stream-info listings (each up to the server's 100,000 subjects) when removing strays
+MAX_LOGGED_SUBJECTS = 20  # subjects (with their message counts) named in a removal's log line
 TABLES_HISTORY, ARCHIVE_HISTORY = 64, 1
 POP_RE = re.compile(r"[a-z0-9-]{1,32}")
 
@@ -95,6 +107,27 @@ def is_partition_subject(subject: str, partitions: int) -> bool:
             t[3] == str(int(t[3])) and int(t[3]) < partitions)
 
 
+def earlier_partition(subject: str, partitions: int) -> int | None:
+    """``k`` when ``subject`` is ``tailor.tel.<pop>.<k>`` of a partition ``k >= partitions`` (one of a larger, earlier
+    ``P``: the subject its ``part-<k>`` consumer read), else None."""
+    t = subject.split(".")
+    if (len(t) == 4 and t[:2] == ["tailor", "tel"] and bool(t[2]) and t[3].isdigit() and t[3] == str(int(t[3]))
+            and partitions <= int(t[3]) < MAX_PARTITIONS):
+        return int(t[3])
+    return None
+
+
+def _covers(pattern: str, subject: str) -> bool:
+    """Every subject ``subject`` (itself possibly a wildcard) matches is matched by ``pattern``."""
+    a, b = pattern.split("."), subject.split(".")
+    for i, tok in enumerate(a):
+        if tok == ">":
+            return i < len(b)
+        if i >= len(b) or b[i] == ">" or (tok != "*" and tok != b[i]) or (tok == "*" and b[i] == ">"):
+            return False
+    return len(a) == len(b)
+
+
 def consumer_name(p: int) -> str:
     return f"part-{p}"
 
@@ -132,7 +165,8 @@ def consumer_config(p: int, ack_wait_s: float = ACK_WAIT_S) -> api.ConsumerConfi
                               deliver_policy=api.DeliverPolicy.ALL)
 
 
-async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int = DEFAULT_PARTITIONS) -> str:
+async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int = DEFAULT_PARTITIONS, *,
+                        widen_only: bool = False, on_removed: Callable[[Strays], None] | None = None) -> str:
     """Create the telemetry stream when missing ("created"); an existing one keeps its settings ("kept") except
     these, which are moved to the bus's ("updated", logged at WARNING):
 
@@ -142,9 +176,13 @@ async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int =
       cluster document was recreated with another ``P``): the partitions'.
 
     Messages the stream holds on any other subject (no consumer reads them, no trim removes them) are then removed
-    (:func:`remove_strays`). When the server refuses the update the shard goes on with the stream as it is and says
-    so at ERROR (``bus.stream_unsafe``) at every start: such a stream can still lose acknowledged telemetry or fill
-    with messages nobody reads ("unsafe")."""
+    (:func:`remove_strays`; its result goes to ``on_removed``). When the server refuses the update the shard goes on
+    with the stream as it is and says so at ERROR (``bus.stream_unsafe``) at every start: such a stream can still
+    lose acknowledged telemetry or fill with messages nobody reads ("unsafe").
+
+    ``widen_only``: before the cluster document exists (:func:`cluster_doc`'s ``before_create``): create the stream
+    when missing, else only add the subjects of ``partitions`` it lacks ("widened"); nothing is removed (the document
+    another shard creates meanwhile may name another ``P``: the call after the document is read settles it)."""
     want = stream_subjects(partitions)
     try:
         info = await js.stream_info(STREAM)
@@ -155,6 +193,22 @@ async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int =
         except BadRequestError:  # created meanwhile by another shard (or exists with an operator's settings)
             info = await js.stream_info(STREAM)
     cfg = info.config
+    if widen_only:
+        have = list(cfg.subjects or [])
+        missing = [s for s in want if not any(_covers(h, s) for h in have)]
+        if not missing:
+            return "kept"
+        cfg.subjects = have + missing
+        try:
+            await js.update_stream(cfg)
+        except Exception as err:  # noqa: BLE001 (settled, or said at ERROR, by the call after the document)
+            log("bus.stream_widen_failed", logging.WARNING, stream=STREAM, missing=missing[:8],
+                error=f"{type(err).__name__}: {err}"[:300])
+            return "kept"
+        log("bus.stream_widened", logging.WARNING, stream=STREAM, added=missing[:8] + (
+            [f"... {len(missing)} in all"] if len(missing) > 8 else []),
+            note="subjects added before the cluster document is created: an edge that learns P publishes at once")
+        return "widened"
     status = "kept"
     if cfg.discard != api.DiscardPolicy.NEW or cfg.max_age or sorted(cfg.subjects or []) != sorted(want):
         subjects = list(cfg.subjects or [])
@@ -175,33 +229,88 @@ async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int =
                  "publish on a subject no partition consumer reads is refused")
         status = "updated"
     try:
-        await remove_strays(js, partitions)
+        removed = await remove_strays(js, partitions)
     except Exception as err:  # noqa: BLE001 (tried again at the next shard's start)
         log("bus.strays_failed", logging.WARNING, stream=STREAM, error=f"{type(err).__name__}: {err}"[:300])
+    else:
+        if on_removed is not None:
+            on_removed(removed)
     return status
 
 
-async def remove_strays(js, partitions: int) -> int:
+@dataclass(frozen=True)
+class Strays:
+    """What one :func:`remove_strays` removed, in messages."""
+
+    lost: int = 0  # unacknowledged messages of partitions >= P (a larger, earlier P): telemetry no shard folded
+    acknowledged: int = 0  # messages of such partitions at or below their old consumer's ack floor (folded history)
+    other: int = 0  # messages on subjects that are no partition's (stored while the subjects were tailor.tel.>)
+    lost_subjects: dict[str, int] = field(default_factory=dict)  # subject -> lost messages (the first few subjects)
+    other_subjects: dict[str, int] = field(default_factory=dict)  # subject -> messages (the first few subjects)
+
+    @property
+    def removed(self) -> int:
+        return self.lost + self.acknowledged + self.other
+
+
+async def remove_strays(js, partitions: int) -> Strays:
     """Purge the stream's messages on subjects that are not a partition's (:func:`is_partition_subject`): stored
-    while its subjects were ``tailor.tel.>`` (or for partitions of an earlier ``P``), never delivered, never trimmed.
-    One filtered purge per exact subject: no ``part-<p>`` consumer's filter matches such a subject, so none of them
-    is touched (nats-server 2.9 resets the pending list of the consumers a purge matches; see
-    :func:`trim_acknowledged`). Returns the number of messages removed (logged with a few of the subjects)."""
-    removed, seen = 0, []
+    while its subjects were ``tailor.tel.>``, or on the partitions of a larger earlier ``P``. nats-server keeps a
+    message whose subject the stream no longer has (checked with 2.9.10): it holds stream space forever, no
+    ``part-<p>`` consumer of this ``P`` reads it and no trim removes it, so a discard-NEW stream would fill with them.
+
+    A subject ``tailor.tel.<pop>.<k>`` with ``k >= partitions`` is partition ``k`` of a larger ``P`` (the cluster
+    document was recreated with fewer partitions): its messages at or below the ack floor of the old ``part-<k>``
+    consumer were folded by a shard (``acknowledged``, history); the others were never folded and are purged as
+    ``lost`` (no shard of this ``P`` reads that subject; their records would belong to other partitions now), logged at
+    ERROR (``bus.messages_lost_repartition``, subjects and counts) for the caller to count. Everything else is
+    ``other`` (``bus.strays_removed``, WARNING).
+
+    One filtered purge per exact subject (two for ``k >= partitions``: up to the floor, then the rest): no current
+    ``part-<p>`` consumer's filter matches such a subject, so none of them is touched (nats-server 2.9 resets the
+    pending list of the consumers a purge matches; see :func:`trim_acknowledged`). The counts are the server's."""
+    nc = js._nc
+    lost = acked = other = 0
+    lost_subjects: dict[str, int] = {}
+    other_subjects: dict[str, int] = {}
+    floors: dict[int, int] = {}
     for _ in range(MAX_STRAY_ROUNDS):  # a listing holds at most 100,000 subjects (nats-server): bounded rounds
         info = await js.stream_info(STREAM, subjects_filter=">")
-        strays = {s: n for s, n in (info.state.subjects or {}).items() if not is_partition_subject(s, partitions)}
+        strays = [s for s in (info.state.subjects or {}) if not is_partition_subject(s, partitions)]
         if not strays:
             break
-        for subject, n in strays.items():
-            if await js.purge_stream(STREAM, subject=subject):
-                removed += n
-                if len(seen) < 5:
-                    seen.append(subject)
-    if removed:
-        log("bus.strays_removed", logging.WARNING, stream=STREAM, messages=removed, subjects=seen,
-            note=f"messages on subjects no partition consumer reads (partitions 0-{partitions - 1})")
-    return removed
+        for subject in strays:
+            k = earlier_partition(subject, partitions)
+            if k is None:
+                n = await _purge(nc, subject)
+                other += n
+                if n and len(other_subjects) < MAX_LOGGED_SUBJECTS:
+                    other_subjects[subject] = other_subjects.get(subject, 0) + n
+                continue
+            if k not in floors:
+                try:
+                    floors[k] = (await js.consumer_info(STREAM, consumer_name(k))).ack_floor.stream_seq or 0
+                except NotFoundError:
+                    floors[k] = 0
+            if floors[k]:
+                acked += await _purge(nc, subject, floors[k] + 1)
+            n = await _purge(nc, subject)
+            lost += n
+            if n and (subject in lost_subjects or len(lost_subjects) < MAX_LOGGED_SUBJECTS):
+                lost_subjects[subject] = lost_subjects.get(subject, 0) + n
+    out = Strays(lost, acked, other, lost_subjects, other_subjects)
+    if lost:
+        log("bus.messages_lost_repartition", logging.ERROR, stream=STREAM, messages=lost, subjects=lost_subjects,
+            partitions=partitions,
+            note=f"unacknowledged telemetry on partitions >= {partitions} (the cluster document was recreated with fewer "
+                 "partitions): no shard of this cluster reads those subjects; purged (nats-server would keep them, "
+                 "filling the stream), counted in the heartbeat's messages_lost_repartition")
+    if acked or other:
+        log("bus.strays_removed", logging.WARNING, stream=STREAM, messages=acked + other, acknowledged_history=acked,
+            subjects=other_subjects,
+            note=f"messages no partition consumer reads (partitions 0-{partitions - 1}): acknowledged history of "
+                 "removed partitions, and messages on subjects that are no partition's")
+    return out
 
 
 @dataclass(frozen=True)
@@ -213,8 +322,9 @@ class Trim:
     repaired: bool = False  # a delivery raced the purge: the consumer was recreated (see trim_acknowledged)
 
 
-async def _purge(nc, subject: str, seq: int) -> int:
-    req = json.dumps({"filter": subject, "seq": seq}).encode()
+async def _purge(nc, subject: str, seq: int | None = None) -> int:
+    """Purge ``subject``'s messages below ``seq`` (all without it); the number the server purged."""
+    req = json.dumps({"filter": subject} if seq is None else {"filter": subject, "seq": seq}).encode()
     resp = json.loads((await nc.request(f"$JS.API.STREAM.PURGE.{STREAM}", req, timeout=5)).data)
     if "error" in resp:
         raise BadRequestError(description=str(resp["error"])[:300])
@@ -373,18 +483,28 @@ def check_cluster_doc(raw: bytes) -> dict:
     return doc
 
 
-async def cluster_doc(tables, partitions: int | None) -> tuple[dict, bool]:
+async def cluster_doc(tables, partitions: int | None,
+                      before_create: Callable[[int], Awaitable[object]] | None = None) -> tuple[dict, bool]:
     """(the cluster document, created by this call). The first shard creates it (compare-and-set create) with
     ``partitions`` (default 6) and a random salt; a later shard reads it, and one started with a different
-    ``--partitions`` fails with one error."""
+    ``--partitions`` fails with one error. ``before_create(P)`` runs before this call creates the document (the
+    shard sets the stream up for ``P`` there: edges publish as soon as they read ``P``)."""
     want = DEFAULT_PARTITIONS if partitions is None else partitions
     doc = {"schema": CLUSTER_SCHEMA, "partitions": want, "salt": secrets.token_hex(16)}
     created = False
     try:
-        await tables.create(CLUSTER_KEY, json.dumps(doc).encode())
-        created = True
-    except KeyWrongLastSequenceError:
-        entry = await tables.get(CLUSTER_KEY)
+        entry = await tables.get(CLUSTER_KEY)  # (a deleted key raises KeyNotFoundError too)
+    except KeyNotFoundError:
+        entry = None
+    if entry is None:
+        if before_create is not None:
+            await before_create(want)
+        try:
+            await tables.create(CLUSTER_KEY, json.dumps(doc).encode())
+            created = True
+        except KeyWrongLastSequenceError:
+            entry = await tables.get(CLUSTER_KEY)
+    if not created:
         doc = check_cluster_doc(entry.value or b"")
     if partitions is not None and doc["partitions"] != partitions:
         raise ParameterError(f"The 'partitions' parameter of tailor manager must match the cluster document "

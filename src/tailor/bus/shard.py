@@ -607,6 +607,10 @@ class Shard:
         self.heartbeats_ignored = 0
         self.retired = Counters()  # counters of the workers released so far
         self.beat_ok = time.monotonic()  # last heartbeat the bus took
+        # messages this shard removed from the stream at its start (setup.remove_strays): unacknowledged ones of
+        # partitions >= P (the cluster document recreated with fewer partitions: never folded), and those on subjects
+        # that are no partition's
+        self.stream_removed = {"messages_lost_repartition": 0, "stray_messages_removed": 0}
         key_path = cfg.base.signing_key
         Path(cfg.data_dir).mkdir(parents=True, exist_ok=True)
         if not key_path:  # one key for every partition of this shard; other shards must be given the same one
@@ -634,19 +638,29 @@ class Shard:
         self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
                                                             buckets["state"])
         self.leases = buckets["leases"]
-        doc, created = await S.cluster_doc(self.tables, cfg.partitions)
+
+        async def stream_first(partitions: int) -> None:  # before edges can read P (and publish): the stream takes it
+            await S.ensure_stream(self.js, partitions=partitions, widen_only=True)
+
+        doc, created = await S.cluster_doc(self.tables, cfg.partitions, before_create=stream_first)
         self.partitions, self.salt = doc["partitions"], doc["salt"]
-        await S.ensure_stream(self.js, partitions=self.partitions)  # the stream's subjects are the partitions'
+        # the stream's subjects are the partitions'; what it held on others is removed and counted
+        await S.ensure_stream(self.js, partitions=self.partitions, on_removed=self._count_removed)
         await S.ensure_consumers(self.js, self.partitions, cfg.ack_wait_s)
         log("bus.connected", shard=cfg.shard_id, servers=cfg.servers, partitions=self.partitions,
             cluster_created=created)
+
+    def _count_removed(self, removed: S.Strays) -> None:
+        self.stream_removed["messages_lost_repartition"] += removed.lost
+        self.stream_removed["stray_messages_removed"] += removed.other
 
     async def heartbeat(self) -> None:
         total = self.retired
         for w in self.workers.values():
             total = total.add(w.counters)
         doc = {"shard": self.cfg.shard_id, "time": time.time(), "pid": os.getpid(), "partitions": sorted(self.claims),
-               "versions": {str(p): w.version for p, w in self.workers.items()}, "counters": total.as_dict()}
+               "versions": {str(p): w.version for p, w in self.workers.items()},
+               "counters": total.as_dict() | self.stream_removed}
         sent = time.monotonic()  # the bus took it after this: its TTL runs out after sent + TTL at the earliest
         await self.shards.put(f"alive.{self.cfg.shard_id}", json.dumps(doc, separators=(",", ":")).encode())
         self.beat_ok = sent

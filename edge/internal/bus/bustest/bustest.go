@@ -59,6 +59,8 @@ type Server struct {
 	MaxPayload int
 	// StreamMaxBytes is TAILOR_TELEMETRY's max_bytes in Setup (0: none).
 	StreamMaxBytes int64
+	// Partitions is P of TAILOR_TELEMETRY's subjects in Setup (Subjects).
+	Partitions int
 
 	ManagerPass, EdgePass string
 
@@ -99,6 +101,10 @@ type Options struct {
 	Auth           bool  // users manager and edge
 	MaxPayload     int   // max_payload; 0 = the default
 	StreamMaxBytes int64 // the telemetry stream's max_bytes in Setup; 0 = none
+	// Partitions: Setup gives the stream the production subjects for P
+	// partitions (Subjects); 0 = tailor.tel.> (every subject the edge user
+	// may publish on: the stream before 2026-12-07, which refused none).
+	Partitions int
 }
 
 // StartWith is Start with options.
@@ -109,7 +115,7 @@ func StartWith(t testing.TB, o Options) *Server {
 	if bin == "" {
 		t.Skip("nats-server not found (install Debian's nats-server or set TAILOR_NATS_SERVER): the bus tests need a real server")
 	}
-	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth, MaxPayload: o.MaxPayload, StreamMaxBytes: o.StreamMaxBytes}
+	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth, MaxPayload: o.MaxPayload, StreamMaxBytes: o.StreamMaxBytes, Partitions: o.Partitions}
 	if auth {
 		s.ManagerPass, s.EdgePass = "manager-secret-1", "edge-secret-2"
 		for name, pw := range map[string]string{"manager.pw": s.ManagerPass, "edge.pw": s.EdgePass} {
@@ -233,10 +239,26 @@ func (s *Server) Connect(t testing.TB) *nats.Conn {
 	return nc
 }
 
+// Subjects are TAILOR_TELEMETRY's subjects in production for a cluster of
+// P partitions (tailor.bus.setup.stream_subjects): tailor.tel.*.<p> for
+// p < P, what the part-<p> consumers read; a publish on any other subject
+// finds no stream (nats.go: jetstream.ErrNoStreamResponse). P <= 0:
+// tailor.tel.> (the stream before 2026-12-07).
+func Subjects(P int) []string {
+	if P <= 0 {
+		return []string{"tailor.tel.>"}
+	}
+	out := make([]string, P)
+	for p := range out {
+		out[p] = fmt.Sprintf("tailor.tel.*.%d", p)
+	}
+	return out
+}
+
 // Setup creates what the managers create in production: the stream
-// TAILOR_TELEMETRY (discard new, no max age: a full stream refuses the
-// publish; max_bytes StreamMaxBytes) and the bucket tailor-tables. It
-// returns the bucket.
+// TAILOR_TELEMETRY (subjects Subjects(Partitions); discard new, no max
+// age: a full stream refuses the publish; max_bytes StreamMaxBytes) and
+// the bucket tailor-tables. It returns the bucket.
 func (s *Server) Setup(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	js, err := jetstream.New(s.Connect(t))
@@ -245,7 +267,7 @@ func (s *Server) Setup(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "TAILOR_TELEMETRY", Subjects: []string{"tailor.tel.>"},
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "TAILOR_TELEMETRY", Subjects: Subjects(s.Partitions),
 		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, MaxMsgSize: 4 << 20, Discard: jetstream.DiscardNew,
 		MaxBytes: s.StreamMaxBytes}); err != nil {
 		t.Fatalf("bustest: stream: %v", err)
@@ -255,6 +277,24 @@ func (s *Server) Setup(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 		t.Fatalf("bustest: bucket: %v", err)
 	}
 	return js, kv
+}
+
+// SetPartitions moves TAILOR_TELEMETRY to Subjects(P), as a shard's start
+// does when the cluster document names another P (the messages it holds on
+// other subjects stay: nats-server keeps them; the shards purge them).
+func SetPartitions(t testing.TB, js jetstream.JetStream, P int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "TAILOR_TELEMETRY")
+	if err != nil {
+		t.Fatalf("bustest: stream: %v", err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Subjects = Subjects(P)
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatalf("bustest: stream subjects for %d partitions: %v", P, err)
+	}
 }
 
 // FreePort is a TCP port free on 127.0.0.1 right now.

@@ -77,6 +77,24 @@ def stored_ids(data: Path) -> set[int]:
 
 
 # -- durable acknowledgement
+def _memory_tls(ctx, sock: socket.socket):
+    """A client TLS handshake over ``sock`` in memory BIOs, stopped before the client's Finished is sent: (the TLS
+    object, its incoming BIO, its outgoing BIO holding the Finished), so a caller can send the first request in the same segment."""
+    import ssl
+
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    for _ in range(20):
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            if outgoing.pending:
+                sock.sendall(outgoing.read())
+            incoming.write(sock.recv(65536))
+    return tls, incoming, outgoing
+
+
 def _manager_proc(data: Path, port: int, log: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TAILOR_OPERATOR_TOKEN": TOKEN, "TAILOR_EDGE_TOKENS": EDGE}
     with open(log, "ab") as out:
@@ -975,16 +993,7 @@ def test_a_tls_connection_refused_at_the_cap_reaches_no_application(tmp_path, ca
                 assert time.monotonic() < end, "the first TLS connection was not counted"
                 time.sleep(0.02)
             with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:  # TLS in memory: the request
-                incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()          # goes with the client's Finished
-                tls = ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
-                for _ in range(20):
-                    try:
-                        tls.do_handshake()
-                        break
-                    except ssl.SSLWantReadError:
-                        if outgoing.pending:
-                            sock.sendall(outgoing.read())
-                        incoming.write(sock.recv(65536))
+                tls, _, outgoing = _memory_tls(ctx, sock)                         # goes with the client's Finished
                 finished = outgoing.read()
                 tls.write(b"GET /refused-but-served HTTP/1.1\r\nHost: manager\r\n\r\n")
                 sock.sendall(finished + outgoing.read())
@@ -1099,16 +1108,7 @@ class _TLSServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.settimeout(5)
         sock.connect(("127.0.0.1", self.port))
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        tls = self.ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
-        for _ in range(20):
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                if outgoing.pending:
-                    sock.sendall(outgoing.read())
-                incoming.write(sock.recv(65536))
+        tls, incoming, outgoing = _memory_tls(self.ctx, sock)
         tls.write(f"GET {path} HTTP/1.1\r\nHost: manager\r\n\r\n".encode())
         sock.sendall(outgoing.read())
         got = b""

@@ -796,6 +796,83 @@ def test_connections_beyond_the_cap_are_closed_at_accept_and_counted(slow_manage
     assert _refused(url, "connections") - before >= 1
 
 
+def _closed_by_server(sock: socket.socket, limit_s: float = 3.0) -> bool:
+    """Whether the server closes (or resets) ``sock`` within ``limit_s``, the client having sent nothing."""
+    sock.settimeout(limit_s)
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_one_client_address_cannot_take_the_whole_connection_cap(tmp_path):
+    """--max-connections-per-address: connections from one address beyond it are closed at accept, before anything is
+    read, and counted (reason "address"), while another address is still served and the first gets its share back
+    when one of its connections ends. (Until 2026-12-07 one address could hold all --max-connections connections and
+    every other client was refused: found by review.) Loopback answers from 127.0.0.2 too: two client addresses."""
+    import uvicorn
+
+    from tailor.manager.httpserver import uvicorn_settings
+    from tailor.manager.metrics import Metrics
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def connect(source: str) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0))
+
+    def served(sock: socket.socket) -> bool:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: manager\r\n\r\n")
+        return sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+
+    metrics = Metrics()
+    port = free_port()
+    settings = uvicorn_settings(cfg(tmp_path, max_connections=8, max_connections_per_address=2), metrics)
+    assert settings["loop"] == "asyncio"  # pinned: the TLS write deadline reads asyncio's transports
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", **settings))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    socks: list[socket.socket] = []
+    try:
+        end = time.monotonic() + 20
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < end, "uvicorn did not start"
+            time.sleep(0.05)
+        socks += [connect("127.0.0.1"), connect("127.0.0.1")]
+        assert all(served(s) for s in socks)  # kept open (keep-alive): they hold the address's two
+        third = connect("127.0.0.1")
+        socks.append(third)
+        assert _closed_by_server(third), "a third connection from one address was kept"
+        other = connect("127.0.0.2")
+        socks.append(other)
+        assert served(other), "another address was refused"
+        assert metrics.http_refused.labels("address")._value.get() == 1
+        assert metrics.http_refused.labels("connections")._value.get() == 0
+        socks[0].close()  # the address's count goes down with the connection
+        end = time.monotonic() + 5
+        while True:
+            again = connect("127.0.0.1")
+            socks.append(again)
+            try:
+                if served(again):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < end, "the address's closed connection was never given back"
+            time.sleep(0.1)
+        assert metrics.http_connections._value.get() == 3
+    finally:
+        for s in socks:
+            s.close()
+        server.should_exit = True
+        thread.join(timeout=15)
+    with pytest.raises(ParameterError, match="max_connections_per_address"):
+        cfg(tmp_path, max_connections_per_address=-1)
+
+
 def test_clients_that_take_no_answers_are_dropped_at_the_write_deadline(slow_manager):
     """Slow readers: --max-connections clients pipelining ``GET /metrics`` (no credential) and reading nothing fill
     the server; once the kernel's socket buffers are full the server waits on them, and each is aborted after

@@ -49,8 +49,10 @@ class ManagerConfig:
     # the HTTP server's bounds (tailor.manager.httpserver): open connections (one more is closed at accept), the
     # time a client has for a request's headers (from accept or the previous response) and for its body (408, closed),
     # and the time a client the server waits on (output above the high-water mark, or a close with output buffered)
-    # has to take at least 64 KiB of it (else aborted)
+    # has to take at least 64 KiB of it (else aborted); at most max_connections_per_address of the connections from one
+    # client address (0: no such bound; behind a proxy or NAT every client has its address)
     max_connections: int = 1024
+    max_connections_per_address: int = 128
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     write_timeout_s: float = 30.0
@@ -85,6 +87,8 @@ class ManagerConfig:
         check(1 <= self.max_rules <= 1_000_000, own, "max_rules", "in [1, 1000000]", self.max_rules)
         check(self.ack_timeout_s > 0, own, "ack_timeout_s", "> 0", self.ack_timeout_s)
         check(self.max_connections >= 1, own, "max_connections", ">= 1", self.max_connections)
+        check(self.max_connections_per_address >= 0, own, "max_connections_per_address", ">= 0 (0: no bound)",
+              self.max_connections_per_address)
         check(math.isfinite(self.header_timeout_s) and self.header_timeout_s > 0, own, "header_timeout_s",
               "a finite number > 0", self.header_timeout_s)
         check(math.isfinite(self.body_timeout_s) and self.body_timeout_s > 0, own, "body_timeout_s",

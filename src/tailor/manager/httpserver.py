@@ -10,6 +10,9 @@ the manager runs uvicorn's h11 protocol with four bounds of its own (:class:`Bou
 
 * at most ``max_connections`` open connections: one more is aborted at accept, before anything is read (over TLS,
   once its handshake is done: whatever it sent with its handshake is dropped, never handed to the application);
+* at most ``max_per_address`` of them from one client address (0: no such bound), refused the same way, so that one
+  client cannot take the whole cap from the others (until 2026-12-07 one address could hold every connection: found
+  by review). Behind a reverse proxy or a NAT every client has the proxy's address: raise it or set 0 there;
 * a request's headers must be complete within ``header_timeout_s`` of the connection's accept or the end of the
   previous response on it (idle keep-alive connections are closed after uvicorn's 5 s keep-alive timeout);
 * a request's body must be complete within ``body_timeout_s`` of the end of its headers;
@@ -28,7 +31,7 @@ the manager runs uvicorn's h11 protocol with four bounds of its own (:class:`Bou
 
 A connection past a header or body deadline is answered ``408 Request Timeout`` (when part of a request has arrived
 and no response has started; an idle one is closed without a word) and closed, the write deadline then bounding
-its close. Every refusal is counted in ``tailor_http_refused_connections_total{reason="connections"|
+its close. Every refusal is counted in ``tailor_http_refused_connections_total{reason="connections"|"address"|
 "header_timeout"|"body_timeout"|"write_timeout"}`` (``write_timeout`` only when output was still buffered);
 ``tailor_http_connections`` is the number open. Pipelined
 requests need no bound of their own: uvicorn stops reading at a pipelined request until the current response is
@@ -41,6 +44,7 @@ application takes to answer (its own bounds: the long-poll's ``max_wait_s``, the
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -118,10 +122,13 @@ class BoundedH11Protocol(H11Protocol):
     """uvicorn's h11 protocol with a cap on open connections, deadlines for a request's headers and body, and a
     write deadline for the client to take what the server writes.
 
-    A subclass made by :func:`protocol_class` sets ``max_connections``, ``header_timeout_s``, ``body_timeout_s``,
-    ``write_timeout_s`` and ``metrics``; uvicorn makes one instance per connection."""
+    A subclass made by :func:`protocol_class` sets ``max_connections``, ``max_per_address``, ``header_timeout_s``,
+    ``body_timeout_s``, ``write_timeout_s``, ``metrics`` and its own ``per_address`` (the open connections per client
+    address of the server it serves); uvicorn makes one instance per connection."""
 
     max_connections: int = 1024
+    max_per_address: int = 0  # 0: no bound per client address
+    per_address: Counter  # client address -> open connections (set per subclass: one server's)
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     write_timeout_s: float = 30.0
@@ -135,6 +142,7 @@ class BoundedH11Protocol(H11Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._write_mark = 0  # bytes the client had taken when the write deadline was armed
+        self._address: str | None = None  # the client address this connection counts against
 
     # -- connections
     def connection_made(self, transport) -> None:
@@ -144,6 +152,15 @@ class BoundedH11Protocol(H11Protocol):
             # abort, not close: a TLS close() would still hand what came with the handshake to data_received
             transport.abort()
             return
+        address = _address(transport)
+        if self.max_per_address and address is not None and self.per_address[address] >= self.max_per_address:
+            self._refused = True
+            self._count("address")
+            transport.abort()
+            return
+        if address is not None:
+            self._address = address
+            self.per_address[address] += 1
         super().connection_made(_Transport(transport, self))
         self._gauge()
         self._watch()
@@ -152,6 +169,11 @@ class BoundedH11Protocol(H11Protocol):
         if self._refused:  # never set up: nothing of uvicorn's to tear down
             return
         self._lost = True
+        if self._address is not None:
+            self.per_address[self._address] -= 1
+            if self.per_address[self._address] <= 0:
+                del self.per_address[self._address]
+            self._address = None
         self._set_timer(None)
         self._cancel_write_timer()
         super().connection_lost(exc)
@@ -272,10 +294,22 @@ class BoundedH11Protocol(H11Protocol):
             self.metrics.http_connections.set(len(self.connections))
 
 
+def _address(transport: asyncio.BaseTransport) -> str | None:
+    """The connection's client address (its IP, without the port; an IPv4-mapped IPv6 address as IPv4), or None
+    when the transport has none (a Unix socket)."""
+    peer = transport.get_extra_info("peername")
+    if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
+        return None
+    host = peer[0]
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
 def protocol_class(cfg: ManagerConfig, metrics) -> type[BoundedH11Protocol]:
-    """A :class:`BoundedH11Protocol` with ``cfg``'s bounds, counting into ``metrics``."""
+    """A :class:`BoundedH11Protocol` with ``cfg``'s bounds, counting into ``metrics`` (a class per server: its own
+    count per client address)."""
     return type("ManagerH11Protocol", (BoundedH11Protocol,),
-                {"max_connections": cfg.max_connections, "header_timeout_s": cfg.header_timeout_s,
+                {"max_connections": cfg.max_connections, "max_per_address": cfg.max_connections_per_address,
+                 "per_address": Counter(), "header_timeout_s": cfg.header_timeout_s,
                  "body_timeout_s": cfg.body_timeout_s, "write_timeout_s": cfg.write_timeout_s, "metrics": metrics})
 
 
@@ -283,6 +317,9 @@ def uvicorn_settings(cfg: ManagerConfig, metrics) -> dict:
     """Keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` for a manager with ``cfg`` (its bounds) and
     ``metrics`` (its counters): the same for the real server and the test server."""
     return {"http": protocol_class(cfg, metrics),
+            # asyncio's loop, pinned: the write deadline over TLS reads asyncio's TLS transport (its SSL protocol's TCP
+            # transport, _tcp_transport); "auto" would take uvloop where it is installed (uvicorn[standard])
+            "loop": "asyncio",
             "ws": "none",  # the manager has no WebSocket endpoint
             "backlog": BACKLOG, "timeout_keep_alive": KEEP_ALIVE_S, "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
             "log_config": None, "access_log": False}

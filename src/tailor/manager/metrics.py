@@ -37,11 +37,12 @@ class Metrics:
         self.override_regressions = Counter("tailor_override_regressions",
                                             "group configurations of an operator's override found significantly "
                                             "slower than holdback (once per override)", registry=r)
-        # the HTTP server's own bounds (tailor.manager.httpserver): --max-connections, --header-timeout, --body-timeout,
-        # --write-timeout
+        # the HTTP server's own bounds (tailor.manager.httpserver): --max-connections, --max-connections-per-address,
+        # --header-timeout, --body-timeout, --write-timeout
         self.http_refused = Counter("tailor_http_refused_connections",
                                     "connections the HTTP server closed: over --max-connections at accept "
-                                    "(connections), a request's headers or body not complete in time "
+                                    "(connections), over --max-connections-per-address from one client address "
+                                    "(address), a request's headers or body not complete in time "
                                     "(header_timeout, body_timeout), a client not taking what the server writes "
                                     "in time (write_timeout)", ["reason"], registry=r)
         self.http_connections = Gauge("tailor_http_connections", "open HTTP connections", registry=r)

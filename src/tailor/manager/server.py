@@ -54,6 +54,10 @@ def add_arguments(p) -> None:
     p.add_argument("--max-rules", type=int, default=500_000, help="rule budget of a published table (default 500000)")
     p.add_argument("--max-connections", type=int, default=1024,
                    help="open HTTP connections at most; one more is closed at accept and counted (default 1024)")
+    p.add_argument("--max-connections-per-address", type=int, default=128,
+                   help="open HTTP connections from one client address at most (one more is closed at accept and "
+                        "counted; 0: no bound; behind a reverse proxy or NAT every client has its address) "
+                        "(default 128)")
     p.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a client has for a request's headers, from its connection or the previous response; "
                         "later: 408, closed and counted (default 10)")
@@ -173,7 +177,9 @@ def config_from_args(args, environ=os.environ) -> ManagerConfig:
                          allowed_origins=tuple(args.allowed_origin), signing_key=args.signing_key,
                          sites=tuple(args.site), site_min_records=args.site_min_records, max_sites=args.max_sites,
                          max_rules=args.max_rules, cohort_salt=args.cohort_salt,
-                         max_connections=args.max_connections, header_timeout_s=args.header_timeout,
+                         max_connections=args.max_connections,
+                         max_connections_per_address=args.max_connections_per_address,
+                         header_timeout_s=args.header_timeout,
                          body_timeout_s=args.body_timeout, write_timeout_s=args.write_timeout,
                          ope_gate=bool(getattr(args, "ope_gate", False)),
                          override_rollback=getattr(args, "override_rollback", None) or "alert",

@@ -753,12 +753,16 @@ OWN = Configuration({"tcp.initial_cwnd": 7})  # an operator's configuration outs
 ZONES = {"g-slow": "10.0", "g-own": "10.1", "g-fine": "10.2"}  # group -> the /16 of its clients
 
 
-def pin_override(c, main: dict[str, str]) -> dict:
-    """POST an operator's table whose group g gives main[g] 0.9 and the default 0.1; returns the published table."""
+def pin_override(c, main: dict[str, str], minor: dict[str, str] | None = None) -> dict:
+    """POST an operator's table whose group g gives main[g] 0.9 and the default 0.1 (with ``minor[g]``: main[g]
+    0.6, minor[g] 0.3, the default 0.1); returns the published table."""
+    minor = minor or {}
     table = copy.deepcopy(c.get("/v1/table").json())
     table["configs"] = {DEFAULT: {}, **{cid: dict(SPACE.configs[SPACE.index_of(cid)].changes()) if cid != OWN.id
-                                        else dict(OWN.changes()) for cid in main.values()}}
-    table["groups"] = [{"id": g, "choices": [{"config": DEFAULT, "p": 0.1}, {"config": cid, "p": 0.9}]}
+                                        else dict(OWN.changes()) for cid in [*main.values(), *minor.values()]}}
+    table["groups"] = [{"id": g, "choices": [{"config": DEFAULT, "p": 0.1}, {"config": cid, "p": 0.9}]
+                        if g not in minor else [{"config": DEFAULT, "p": 0.1}, {"config": cid, "p": 0.6},
+                                                {"config": minor[g], "p": 0.3}]}
                        for g, cid in main.items()]
     table["rules"] = [{"prefix": f"{ZONES[g]}.0.0/16", "group": g} for g in main]
     r = c.post("/v1/table", json=table, headers={**AUTH, "X-Tailor-Reason": "incident 7"})
@@ -825,8 +829,10 @@ def test_an_override_slower_than_holdback_is_found_audited_once_and_left_pinned(
         assert len(audit_rows(mgr, "override-regression")) == 2 and len(c.get("/healthz").json()["override_regressions"]) == 2
         assert c.delete("/v1/table/override", headers=AUTH).status_code == 200
         assert c.get("/healthz").json()["override_regressions"] == []
-        pin_override(c, main)  # a new override is watched afresh: the evidence stands, so it is found again
+        pin_override(c, main)  # a new override is watched afresh, on the evidence gathered under it only
         mgr.run_cycle(now=T0 + 299)
+        assert len(audit_rows(mgr, "override-regression")) == 2 and c.get("/healthz").json()["override_regressions"] == []
+        serve(c, edge, 3000, T0 + 300, T0 + 399)
         assert len(audit_rows(mgr, "override-regression")) == 4 and counter(mgr, "tailor_override_regressions_total") == 2
 
 
@@ -864,6 +870,48 @@ def test_override_rollback_apply_moves_the_mass_to_the_default_and_keeps_the_pin
         summary = serve(c, edge, 3000, T0 + 100, T0 + 199)  # the pin stays: the policy's table is not published
         assert not summary.published and c.get("/v1/table").json() == now
         assert len(audit_rows(mgr, "rollback")) == 1 and len(audit_rows(mgr, "override-regression")) == 2
+
+
+def test_an_override_watches_every_configuration_it_serves_not_only_the_main_one(tmp_path):
+    """A configuration holding a minority of a group's mass (0.3 beside a fine main one at 0.6) that is slower than
+    holdback is found too, at the group's alpha split over its two tested configurations; the fine main one is not.
+    (Until 2026-12-07 only the main configuration was tested: found by review.)"""
+    slow, fine = OTHER[0], OTHER[1]
+    edge = override_edge({slow: 1.4}, seed=13)
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+        mgr = c.app.state.manager
+        pin_override(c, {"g-slow": fine, "g-own": fine, "g-fine": fine}, minor={"g-slow": slow})
+        for k in range(3):
+            serve(c, edge, 3000, T0 + 100 * k, T0 + 100 * k + 99)
+        assert mgr.guard.treated["g-slow"][slow].n > 150  # the minority's evidence
+        found = {(f["group"], f["config"]) for f in c.get("/healthz").json()["override_regressions"]}
+        assert found == {("g-slow", slow)}, found
+
+
+def test_the_override_watch_counts_only_the_evidence_gathered_under_the_override():
+    """A configuration with much good evidence from before the override, slower than holdback since the override
+    began: found on the evidence since (``since``, the guardrails' state copied at the override's start), not on
+    everything ever recorded, where the old records hide it. Holdback's side is the override's period too."""
+    from tailor.manager.guardrails import check_override
+
+    rng = np.random.default_rng(5)
+    state, gcfg = GuardState(), GuardConfig()
+    table = {"default": DEFAULT, "groups": [{"id": "g", "choices": [{"config": DEFAULT, "p": 0.1},
+                                                                     {"config": OTHER[0], "p": 0.9}]}]}
+    for _ in range(20_000):  # weeks of evidence: as fast as holdback
+        state.observe("g", OTHER[0], float(rng.lognormal(6.0, 0.5)), holdback=False)
+    for _ in range(2_000):
+        state.observe("g", DEFAULT, float(rng.lognormal(6.0, 0.5)), holdback=True)
+    base = state.copy()
+    for _ in range(300):  # under the override: 30% slower
+        state.observe("g", OTHER[0], float(rng.lognormal(6.0 + math.log(1.3), 0.5)), holdback=False)
+    for _ in range(100):
+        state.observe("g", DEFAULT, float(rng.lognormal(6.0, 0.5)), holdback=True)
+    assert check_override(table, state, gcfg) == []  # the old evidence dilutes the slowdown to about 0.4%
+    (found,) = check_override(table, state, gcfg, since=base)
+    assert found["config"] == OTHER[0] and found["n"] == 300 and found["n_holdback"] == 100
+    assert 0.15 < found["slower"] < 0.45, found
+    assert base.treated["g"][OTHER[0]].n == 20_000  # the copy is not the live state
 
 
 @pytest.mark.parametrize("mode", ["alert", "apply"])

@@ -13,12 +13,14 @@ Each is a small function over the table's choices, applied in this order by :fun
 4. **Exploration budget** — the non-greedy probability mass of a group is capped at ``explore_budget``.
 5. **Holdback** — the table's holdback share is at least the configured one.
 
-Under an operator's override the same rollback test watches the operator's table (:func:`check_override`): it
-finds, and changes nothing; the manager alerts, or with ``--override-rollback apply`` moves the mass itself.
+Under an operator's override the same rollback test watches the operator's table (:func:`check_override`): every
+configuration it serves, on the evidence gathered since the override began; it finds, and changes nothing; the
+manager alerts, or with ``--override-rollback apply`` moves the mass itself.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -69,6 +71,10 @@ class GuardState:
     def improvement(self, group: str) -> float:
         """1 - (treated / holdback) geometric-mean completion time of the group (nan without both)."""
         return 1.0 - self.pooled(group).ratio_to(self.holdback.get(group, LogStats()))
+
+    def copy(self) -> GuardState:
+        """A deep copy (the evidence at this moment: what :func:`check_override` subtracts)."""
+        return copy.deepcopy(self)
 
     def config_stats(self, group: str, config_id: str, default_id: str) -> LogStats:
         """Treated statistics of a configuration; the default's include the group's holdback records."""
@@ -128,12 +134,18 @@ def cap_exploration(choices: list[dict], budget: float, keep: str | None = None)
     return _normalize(probs)
 
 
-def slower_than_holdback(state: GuardState, cfg: GuardConfig, group: str, config_id: str) -> tuple[bool, LogStats, LogStats]:
+def slower_than_holdback(state: GuardState, cfg: GuardConfig, group: str, config_id: str,
+                         since: GuardState | None = None, alpha: float | None = None) -> tuple[bool, LogStats, LogStats]:
     """The rollback test: is ``config_id``'s treated evidence in ``group`` significantly slower than the group's
-    holdback (one-sided always-valid mSPRT, ``rollback_alpha``, ``tau2``, ``rollback_margin``, MIN_SAMPLES a side)?
-    Returns the verdict and the two sides' statistics."""
+    holdback (one-sided always-valid mSPRT, ``rollback_alpha`` or ``alpha``, ``tau2``, ``rollback_margin``,
+    MIN_SAMPLES a side)? ``since``: an earlier copy of ``state``; only the evidence added after it counts, on both
+    sides. Returns the verdict and the two sides' statistics."""
     treated, hold = state.treated.get(group, {}).get(config_id, LogStats()), state.holdback.get(group, LogStats())
-    return msprt_reject(treated, hold, math.log1p(cfg.rollback_margin), cfg.rollback_alpha, cfg.tau2), treated, hold
+    if since is not None:
+        treated = treated.since(since.treated.get(group, {}).get(config_id))
+        hold = hold.since(since.holdback.get(group))
+    a = cfg.rollback_alpha if alpha is None else alpha
+    return msprt_reject(treated, hold, math.log1p(cfg.rollback_margin), a, cfg.tau2), treated, hold
 
 
 def check_rollbacks(state: GuardState, cfg: GuardConfig, default_id: str) -> list[dict]:
@@ -153,30 +165,27 @@ def check_rollbacks(state: GuardState, cfg: GuardConfig, default_id: str) -> lis
     return events
 
 
-def main_choices(choices: list[dict]) -> list[str]:
-    """The configurations holding a group's largest mass (choices summed per configuration; all of them on a tie)."""
-    mass: dict[str, float] = {}
-    for c in choices:
-        mass[c["config"]] = mass.get(c["config"], 0.0) + c["p"]
-    if not mass:
-        return []
-    top = max(mass.values())
-    return [cid for cid, p in mass.items() if p >= top - 1e-12]
-
-
-def check_override(table: dict, state: GuardState, cfg: GuardConfig, seen=frozenset()) -> list[dict]:
-    """The rollback test on what edges serve under an operator's table: in each group, its greedy (highest-p)
-    configuration, when not the table's default, against the group's holdback records (:func:`slower_than_holdback`:
-    the same alpha, tau2, margin and minimum samples as :func:`check_rollbacks`). Changes nothing: the operator owns
-    the table; the caller alerts (or, when told to, moves the mass). ``seen``: (group, configuration) pairs already
-    found during this override, not reported again."""
+def check_override(table: dict, state: GuardState, cfg: GuardConfig, seen=frozenset(),
+                   since: GuardState | None = None) -> list[dict]:
+    """The rollback test on what edges serve under an operator's table: in each group, every configuration it gives
+    mass to, but the table's default, against the group's holdback records (:func:`slower_than_holdback`: the same
+    tau2, margin and minimum samples as :func:`check_rollbacks`; ``rollback_alpha`` split evenly over the group's
+    tested configurations, Bonferroni, so that a group's chance of a false alarm stays at most ``rollback_alpha``).
+    ``since``: the evidence as it was when the override began (:meth:`GuardState.copy`); only what came after counts
+    (None: everything). Changes nothing: the operator owns the table; the caller alerts (or, when told to, moves the
+    mass). ``seen``: (group, configuration) pairs already found during this override, not reported again. (Until
+    2026-12-07 only each group's main configuration was tested, on everything ever recorded for it: a minority
+    configuration slower than holdback, or one the override made slow after weeks of good evidence, raised nothing;
+    found by review.)"""
     default_id = table["default"]
     events = []
     for g in table["groups"]:
-        for cid in main_choices(g["choices"]):
-            if cid == default_id or (g["id"], cid) in seen:
+        served = sorted({c["config"] for c in g["choices"] if c["p"] > 0} - {default_id})
+        for cid in served:
+            if (g["id"], cid) in seen:
                 continue
-            reject, treated, hold = slower_than_holdback(state, cfg, g["id"], cid)
+            reject, treated, hold = slower_than_holdback(state, cfg, g["id"], cid, since,
+                                                         cfg.rollback_alpha / len(served))
             if reject:
                 slower = treated.ratio_to(hold) - 1.0
                 events.append({"group": g["id"], "config": cid, "slower": slower, "n": treated.n, "n_holdback": hold.n,

@@ -45,6 +45,12 @@ class LogStats:
     def merge(self, other: LogStats) -> LogStats:
         return LogStats(self.n + other.n, self.s + other.s, self.ss + other.ss)
 
+    def since(self, earlier: LogStats | None) -> LogStats:
+        """The statistics of what was added after ``earlier`` (a copy of these statistics at an earlier moment)."""
+        if earlier is None or not earlier.n:
+            return LogStats(self.n, self.s, self.ss)
+        return LogStats(self.n - earlier.n, self.s - earlier.s, self.ss - earlier.ss)
+
     @property
     def mean(self) -> float:
         return self.s / self.n if self.n else float("nan")

@@ -72,8 +72,8 @@ def add_arguments(p) -> None:
                         "(SNIPS upper 95%% confidence bound of the mean completion time) is no worse than the current "
                         "table's (1%% tolerance); otherwise keep the current table (audit entry 'ope-gate')")
     p.add_argument("--override-rollback", choices=OVERRIDE_ROLLBACK, default="alert",
-                   help="under an operator's override, when the rollback test finds a group's main configuration "
-                        "significantly slower than holdback: alert (audit entry 'override-regression', "
+                   help="under an operator's override, when the rollback test finds a configuration the pinned "
+                        "table serves significantly slower than holdback since the override began: alert (audit entry 'override-regression', "
                         "tailor_override_regressions_total, /healthz, log; the pinned table is left as it is) or "
                         "apply (also move that configuration's mass to the default in the group and republish, "
                         "still pinned; audited 'rollback'); default alert")

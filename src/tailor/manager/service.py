@@ -138,7 +138,7 @@ class Manager:
             params = dict(self.cfg.policy_params)
             self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None
-            self.override_findings = []
+            self.override_findings, self.override_base = [], None
             self.sites, self._policy_choices = self._new_sites(), None
         else:
             if state.get("signature") != self._signature():
@@ -161,7 +161,7 @@ class Manager:
         return pickle.dumps({"format": STATE_FORMAT, "signature": self._signature(), "policy": self.policy,
                              "archive": self.archive, "guard": self.guard, "fed_seq": self.fed_seq,
                              "override_until": self.override_until, "override_findings": self.override_findings,
-                             "sites": self.sites,
+                             "override_base": self.override_base, "sites": self.sites,
                              "policy_choices": self.feeder.policy_choices},
                             protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -174,6 +174,8 @@ class Manager:
         self.policy, self.archive, self.guard = state["policy"], state["archive"], state["guard"]
         self.fed_seq, self.override_until = state["fed_seq"], state["override_until"]
         self.override_findings = state.get("override_findings") or []  # state written before 2026-12-07 has none
+        # the guardrails' evidence when the override began (None in state written before 2026-12-07: all evidence)
+        self.override_base = state.get("override_base")
         self.sites = state.get("sites") or self._new_sites()  # state written before SNI admission has none
         self._policy_choices = state.get("policy_choices")  # state written before 2026-12-06 has none
 
@@ -346,7 +348,8 @@ class Manager:
         with self._cycle_lock:
             now = self.clock()
             self.override_until = now + hold_s if hold_s > 0 else math.inf
-            self.override_findings = []  # a new override is watched afresh
+            self.override_findings = []  # a new override is watched afresh, on the evidence gathered from now on
+            self.override_base = self.guard.copy()
             published = self._publish(table, "operator", actor, "override", reason or "operator override", now)
             self.snapshot()
         return published
@@ -375,7 +378,7 @@ class Manager:
 
     def clear_override(self, actor: str, reason: str) -> None:
         with self._cycle_lock:
-            self.override_until, self.override_findings = None, []
+            self.override_until, self.override_findings, self.override_base = None, [], None
             self.store.audit(self.clock(), self.current.version, actor, "release", reason or "override released")
             self.snapshot()
 
@@ -460,7 +463,7 @@ class Manager:
         if self.override_active(now):
             return False
         if self.override_until is not None:  # a timed override expired
-            self.override_until, self.override_findings = None, []
+            self.override_until, self.override_findings, self.override_base = None, [], None
             self.store.audit(now, self.current.version, "manager", "release", "override hold expired")
         if pub.content_key(table) == self.current.key:
             return False
@@ -478,14 +481,15 @@ class Manager:
 
     def _watch_override(self, now: float) -> list[dict]:
         """The rollback test on the operator's pinned table (:func:`check_override`). Each (group, configuration) it
-        finds is reported once per override: an audit entry ``override-regression`` (actor ``guardrail``),
+        finds (any configuration the table serves, on the evidence since the override began: ``override_base``)
+        is reported once per override: an audit entry ``override-regression`` (actor ``guardrail``),
         ``tailor_override_regressions_total``, a warning log line, and /healthz while the override stands. With
         ``--override-rollback apply`` the configurations also lose their mass to the default in their groups and the
         table is republished (origin operator, audited ``rollback``), still pinned; by default the table is the
         operator's and stays as it is."""
         doc = self.current.doc
         seen = {(f["group"], f["config"]) for f in self.override_findings}
-        found = check_override(doc, self.guard, self.guard_cfg, seen)
+        found = check_override(doc, self.guard, self.guard_cfg, seen, self.override_base)
         if not found:
             return []
         apply = self.cfg.override_rollback == "apply"

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -41,11 +42,13 @@ class Bus:
                                                         serialization.NoEncryption()))
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def shard(self, sid: str, partitions: int, ack_wait: float = 2.0, env: dict | None = None) -> subprocess.Popen:
+    def shard(self, sid: str, partitions: int, ack_wait: float = 2.0, env: dict | None = None,
+              extra: tuple[str, ...] = ()) -> subprocess.Popen:
         cmd = [sys.executable, "-m", "tailor", "manager", "--bus", self.url, "--shard-id", sid, "--bus-user", "manager",
                "--bus-password-file", str(self.server.info["users"]["manager"]), "--data", str(self.tmp / sid),
                "--signing-key", str(self.key), "--update-freq", "1", "--bus-ack-wait", str(ack_wait),
-               "--partitions", str(partitions), "--policy", "configanator"]  # fast folds: these tests time ownership
+               "--partitions", str(partitions), "--policy", "configanator", *extra]  # fast folds: these tests time
+        # ownership
         log = open(self.tmp / f"{sid}.log", "ab")
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                 env=dict(os.environ, PYTHONPATH=SRC, **(env or {})))
@@ -246,6 +249,65 @@ def test_one_shard_owns_all_publishes_verified_tables_and_ingests_once(bus):
     assert [r["partition"] for r in refused] == [0] and "HMAC does not verify" in refused[0]["reason"]
     assert not marker.exists()  # the forged state was never unpickled; partition 0 started fresh
     assert len(bus.store_records(["a"])) == N
+
+
+def _metric(text: str, name: str, labels: str = "") -> float | None:
+    m = re.search(r"^" + re.escape(name + (f"{{{labels}}}" if labels else "")) + r" (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def test_a_shard_serves_its_counters_and_its_partitions_metrics_read_only(bus):
+    """``--metrics-listen``: a shard (no API listener) serves Prometheus metrics: its heartbeat counters as
+    tailor_shard_*_total, the partitions it runs and their table versions, and every partition manager's metrics with
+    a partition label; /healthz; nothing else (404, 405 on a POST). Until 2026-12-07 a shard's counters were only in
+    its heartbeat document: nothing a scraper could read."""
+    import httpx
+
+    from tailor.manager.testing import free_port
+
+    P, N = 2, 300
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = bus.shard("m", P, extra=("--metrics-listen", f"127.0.0.1:{port}"))
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        enc, ejs = await _conn(bus, "edge")
+        try:
+            await _until("shard m owning every partition", lambda: _owned(js, {"m": list(range(P))}), 30, [proc])
+            await _publish_all(T.EdgePublisher(ejs, source="edge-1"), T.records(N), P)
+            await _until(f"{N} records folded", lambda: _archived(js, N), 20, [proc])
+        finally:
+            await nc.close()
+            await enc.close()
+
+    bus.run(scenario())
+    text = ""
+    for _ in range(100):  # the counters as of the last scrape: wait for the fold's cycle
+        text = httpx.get(url + "/metrics", timeout=5).text
+        if _metric(text, "tailor_shard_records_total") == N and _metric(text, "tailor_shard_cycles_total"):
+            break
+        time.sleep(0.1)
+    print("\n".join(line for line in text.splitlines() if line.startswith(("tailor_shard_", "tailor_store_records_total",
+                                                                          "tailor_http_")))[:3000])
+    assert _metric(text, "tailor_shard_records_total") == N, text[:2000]
+    assert _metric(text, "tailor_shard_messages_total") >= 1 and _metric(text, "tailor_shard_partitions") == P
+    for name in ("trimmed", "trims_deferred", "messages_lost_repartition", "stray_messages_removed", "refused_partition"):
+        assert _metric(text, f"tailor_shard_{name}_total") == 0, name
+    assert _metric(text, "tailor_shard_heartbeat_age_seconds") < 6.0
+    for p in range(P):
+        assert _metric(text, "tailor_shard_table_version", f'partition="{p}"') >= 1
+        assert _metric(text, "tailor_groups", f'partition="{p}"') is not None
+    stored = sum(_metric(text, "tailor_store_records_total", f'partition="{p}"') or 0 for p in range(P))
+    assert stored == N, stored
+    assert "# TYPE tailor_update_cycle_seconds histogram" in text and text.count("# TYPE tailor_groups ") == 1
+    health = httpx.get(url + "/healthz", timeout=5).json()
+    assert health["status"] == "ok" and health["shard"] == "m" and health["partitions"] == list(range(P)), health
+    assert httpx.post(url + "/metrics", content=b"x", timeout=5).status_code == 405
+    assert httpx.get(url + "/v1/table", timeout=5).status_code == 404
+    assert bus.stop("m") == 0
+    with pytest.raises(httpx.ConnectError):  # gone with the shard
+        httpx.get(url + "/metrics", timeout=2)
 
 
 def test_crash_between_state_and_ack_redelivery_is_not_ingested_twice(bus):

@@ -88,6 +88,10 @@ def test_manager_flags_need_a_shard_id(tmp_path):
     assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a b", "--data", str(tmp_path)]) == 2
     assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a", "--partitions", "300",
                  "--data", str(tmp_path)]) == 2
+    # the shard's metrics endpoint: an address, and only with --bus (a manager serves /metrics on --listen)
+    assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a", "--metrics-listen", "nowhere",
+                 "--data", str(tmp_path)]) == 2
+    assert main(["manager", "--metrics-listen", "127.0.0.1:9", "--insecure-dev", "--data", str(tmp_path)]) == 2
 
 
 def test_unreachable_bus_is_one_clear_error(tmp_path, capsys):

@@ -70,6 +70,7 @@ class ShardConfig:
     partitions: int | None = None  # None: the cluster document's (6 when this shard creates it)
     ack_wait_s: float = S.ACK_WAIT_S  # consumer creation only; tests use a short one (hidden --bus-ack-wait)
     heartbeat_s: float = S.HEARTBEAT_S
+    metrics_listen: tuple[str, int] | None = None  # GET /metrics and /healthz on this address (tailor.bus.metrics)
 
     def __post_init__(self):
         if not SHARD_ID_RE.fullmatch(self.shard_id or ""):
@@ -758,6 +759,18 @@ class Shard:
 
     async def run(self) -> int:
         await self.connect()
+        endpoint = None
+        if self.cfg.metrics_listen is not None:
+            from tailor.bus.metrics import MetricsServer
+
+            endpoint = MetricsServer(self, *self.cfg.metrics_listen)
+            try:
+                await asyncio.to_thread(endpoint.start)
+            except RuntimeError as err:
+                await self.nc.drain()
+                raise BusError(f"tailor manager: metrics-listen {self.cfg.metrics_listen[0]}:"
+                               f"{self.cfg.metrics_listen[1]}: {err}") from None
+            log("bus.metrics", host=self.cfg.metrics_listen[0], port=self.cfg.metrics_listen[1])
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
@@ -783,6 +796,8 @@ class Shard:
             except Exception:  # noqa: BLE001
                 pass
             await self.nc.drain()
+            if endpoint is not None:
+                await asyncio.to_thread(endpoint.stop)
             log("bus.stopped", shard=self.cfg.shard_id)
         return 0
 

@@ -84,8 +84,11 @@ def add_arguments(p) -> None:
                         "a record carries none")
     p.add_argument("--bus", metavar="nats://HOST:PORT[,...]",
                    help="run as one shard of a scaled-out manager on NATS JetStream (docs/bus.md): telemetry, tables "
-                        "and learned state travel through the bus; no HTTP listener (--listen is ignored)")
+                        "and learned state travel through the bus; no API listener (--listen is ignored; see --metrics-listen)")
     p.add_argument("--shard-id", metavar="ID", help="this shard's name, [A-Za-z0-9_-]{1,64} (required with --bus)")
+    p.add_argument("--metrics-listen", metavar="HOST:PORT",
+                   help="with --bus: serve the shard's Prometheus metrics (GET /metrics, its counters and every "
+                        "partition's manager metrics) and GET /healthz, read-only, on HOST:PORT (default: none)")
     p.add_argument("--bus-user", metavar="NAME", help="NATS user (with --bus-password-file)")
     p.add_argument("--bus-password-file", metavar="FILE", help="file holding the NATS user's password")
     p.add_argument("--partitions", type=int, default=None,
@@ -151,9 +154,9 @@ def _unknown_key(path: str, key: str, flags: dict) -> Exception:
     return param_error(f"tailor manager --config {path}", key, rule, key)
 
 
-def parse_listen(text: str) -> tuple[str, int]:
+def parse_listen(text: str, flag: str = "listen") -> tuple[str, int]:
     host, _, port = text.rpartition(":")
-    check(bool(host) and port.isdigit() and 0 < int(port) < 65536, "tailor manager", "listen", "HOST:PORT", text)
+    check(bool(host) and port.isdigit() and 0 < int(port) < 65536, "tailor manager", flag, "HOST:PORT", text)
     return host.strip("[]"), int(port)
 
 
@@ -207,6 +210,8 @@ def run(args) -> int:
     args = with_config_file(args)
     if getattr(args, "bus", None):
         return run_bus(args)
+    check(not getattr(args, "metrics_listen", None), "tailor manager", "metrics-listen",
+          "given with --bus only (a manager without the bus serves GET /metrics on --listen)", args.metrics_listen)
     host, port = parse_listen(args.listen)
     cfg = config_from_args(args)
     check(not cfg.insecure_dev or _is_loopback(host), "tailor manager", "listen",
@@ -233,7 +238,8 @@ def _check_descriptors(max_connections: int) -> None:
 
 
 def run_bus(args) -> int:
-    """``tailor manager --bus``: one shard (tailor.bus.shard); no HTTP listener, so no credential is needed."""
+    """``tailor manager --bus``: one shard (tailor.bus.shard); no API listener, so no credential is needed (the
+    ``--metrics-listen`` endpoint is read-only)."""
     from tailor.bus.partition import MAX_PARTITIONS
     from tailor.bus.shard import ShardConfig, parse_servers, run_shard
 
@@ -252,8 +258,10 @@ def run_bus(args) -> int:
         check(bool(password), "tailor manager", "bus-password-file", "a file holding a password", args.bus_password_file)
     base = config_from_args(argparse.Namespace(**dict(vars(args), insecure_dev=True)))
     logs.setup(logging.INFO)
+    metrics_listen = parse_listen(args.metrics_listen, "metrics-listen") if args.metrics_listen else None
     cfg = ShardConfig(servers=parse_servers(args.bus), shard_id=args.shard_id, data_dir=args.data, base=base,
-                      user=args.bus_user, password=password, partitions=args.partitions, ack_wait_s=args.bus_ack_wait)
+                      user=args.bus_user, password=password, partitions=args.partitions, ack_wait_s=args.bus_ack_wait,
+                      metrics_listen=metrics_listen)
     logs.log("manager.start", bus=cfg.servers, shard=cfg.shard_id, data=cfg.data_dir, policy=base.policy,
              space=base.space)
     return run_shard(cfg)

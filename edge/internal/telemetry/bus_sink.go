@@ -129,9 +129,9 @@ func (s *BusSink) messageLimit() int {
 	return limit - 1024
 }
 
-// Flush re-forms the formed batches of another partition count (reform),
-// publishes the formed batches still unacknowledged, then forms batches
-// from the buffer and publishes them. While the bus is away or its
+// Flush re-forms the formed batches of another partition count (reform;
+// P is read again before every publish), publishes the formed batches still
+// unacknowledged, then forms batches from the buffer and publishes them. While the bus is away or its
 // stream full it returns nil (the records stay; the first failure is
 // logged, a full stream's refusals counted in Stats().BusFull, an
 // unavailable JetStream's in Stats().BusUnavailable); a batch the
@@ -144,9 +144,6 @@ func (s *BusSink) Flush(ctx context.Context) error {
 		_, _ = rand.Read(b[:])
 		s.Nonce = hex.EncodeToString(b[:])
 	}
-	if err := s.reform(s.partitions()); err != nil {
-		return err
-	}
 	if len(s.formed) == 0 {
 		if err := s.form(); err != nil {
 			return err
@@ -154,6 +151,15 @@ func (s *BusSink) Flush(ctx context.Context) error {
 	}
 	var refused error
 	for sent := 0; len(s.formed) > 0 && sent < maxBatchesPerFlush; sent++ {
+		// P again before every publish: the cluster document may change during
+		// a flush (until 2026-12-07 P was read only at its start, and up to a
+		// flush's batches went out formed for the old P: found by review)
+		if err := s.reform(s.partitions()); err != nil {
+			return errors.Join(refused, err)
+		}
+		if len(s.formed) == 0 { // (a stale batch that could not be re-formed, dropped and counted)
+			break
+		}
 		b := s.formed[0]
 		err := s.Pub.Publish(ctx, b.subject, b.id, b.data)
 		switch {

@@ -541,6 +541,66 @@ func TestBusSinkReformsBatchesForANewPartitionCount(t *testing.T) {
 	}
 }
 
+// switchBus stores every batch with the subject it was published on and,
+// after its first publish, switches the sink's partition count to `to`.
+type switchBus struct {
+	partBus
+	P, to    *int
+	switched bool
+}
+
+func (b *switchBus) Publish(ctx context.Context, subject, id string, data []byte) error {
+	err := b.partBus.Publish(ctx, subject, id, data)
+	if !b.switched {
+		b.switched, *b.P = true, *b.to
+	}
+	return err
+}
+
+// TestBusSinkReadsThePartitionCountBeforeEveryPublish: the cluster document
+// changes P (8 -> 6) while a flush is publishing: the batches formed for 8
+// and not published yet are re-formed for 6 before they go out, so every
+// record after the change lands in its partition for 6. Until 2026-12-07
+// P was read only at the start of a flush and the rest of the flush's
+// batches went out on their old subjects (a removed partition's refused,
+// the kept ones' records refused by their shards: found by review).
+func TestBusSinkReadsThePartitionCountBeforeEveryPublish(t *testing.T) {
+	P, to := 8, 6
+	bus := &switchBus{partBus: partBus{refuseFrom: 8}, P: &P, to: &to}
+	var logs bytes.Buffer
+	s := &BusSink{Pub: bus, Pop: "p", Source: "e", Partitions: func() int { return P }, PartitionOf: prefixIndex,
+		Limit: 100, Log: log.New(&logs, "", 0)}
+	for i := range 24 {
+		s.Add(Record{Time: 1.7e9, Kind: "response", ClientPrefix: fmt.Sprintf("10.0.%d.0/24", i), ConfigID: "c-0123456789", TableVersion: 1})
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Pending != 0 || st.Sent != 24 || st.BusUnavailable != 0 || st.Refused != 0 {
+		t.Fatalf("%+v", st)
+	}
+	records := 0
+	for k, b := range bus.stored {
+		p, _ := strconv.Atoi(bus.subjects[k][strings.LastIndex(bus.subjects[k], ".")+1:])
+		want := 6
+		if k == 0 {
+			want = 8 // published before the change
+		}
+		for _, r := range b.Records {
+			if prefixIndex(r.ClientPrefix, want) != p {
+				t.Errorf("batch %d: %s in %s (P = %d)", k, r.ClientPrefix, bus.subjects[k], want)
+			}
+		}
+		records += len(b.Records)
+	}
+	if records != 24 || len(bus.stored) != 1+6 {
+		t.Fatalf("%d records in %d batches, want 24 in 1 + 6", records, len(bus.stored))
+	}
+	if !strings.Contains(logs.String(), "the cluster has 6 partitions (was 8): 21 records of 7 unacknowledged batches re-formed, 0 dropped") {
+		t.Fatalf("log:\n%s", logs.String())
+	}
+}
+
 // TestBusSinkDropsABatchItCannotReform: a stale batch whose message cannot
 // be read back (it cannot happen: the sink encoded it) is dropped and
 // counted, and its records' count travels in the next batch: it never

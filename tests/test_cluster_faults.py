@@ -281,6 +281,11 @@ def test_kill_shard_stop_bus_restart_edge(tmp_path):
                 await nc.close()
 
         acked = asyncio.run(account())
+        # the live shards' metrics endpoints (tailor cluster gives each one --metrics-listen): every partition run
+        live = {n: metrics(u) for n, u in cluster.shard_metrics.items() if cluster.process(n).poll() is None}
+        figures["shard_partitions"] = {n: v["tailor_shard_partitions"] for n, v in live.items()}
+        assert len(live) == SHARDS - 1 and sum(figures["shard_partitions"].values()) == PARTITIONS, figures
+        assert sum(v["tailor_shard_records_total"] for v in live.values()) > 0
         for name in [f"shard-{i}" for i in range(SHARDS)]:  # graceful stop: final cycle, state, acknowledgements
             p = cluster.process(name)
             if p.poll() is None:

@@ -83,6 +83,7 @@ class Cluster:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.children: list[tuple[str, subprocess.Popen]] = []
         self.edges: dict[str, dict] = {}  # name -> {"cmd", "log", "url", "metrics"}: what restart_edge needs
+        self.shard_metrics: dict[str, str] = {}  # shard name -> its metrics endpoint (--metrics-listen)
         self.server: NatsServer | None = None
         self.stopping = False
 
@@ -104,13 +105,15 @@ class Cluster:
         src = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
         for i in range(a.shards):
-            sid = f"shard-{i}"
+            sid, mport = f"shard-{i}", free_port()
             cmd = [sys.executable, "-m", "tailor", "manager", "--bus", self.server.url, "--shard-id", sid,
                    "--bus-user", "manager", "--bus-password-file", str(users["manager"]), "--data", str(self.dir / sid),
                    "--signing-key", str(key), "--partitions", str(a.partitions), "--update-freq", str(a.update_freq),
-                   "--policy", a.policy, *getattr(a, "shard_arg", [])]
+                   "--policy", a.policy, "--metrics-listen", f"127.0.0.1:{mport}", *getattr(a, "shard_arg", [])]
             proc = self._spawn(sid, cmd, self.dir / sid / "manager.log", env)
-            print(f"{sid}  pid {proc.pid}  data {self.dir / sid}  log {self.dir / sid / 'manager.log'}", flush=True)
+            self.shard_metrics[sid] = f"http://127.0.0.1:{mport}/metrics"
+            print(f"{sid}  pid {proc.pid}  metrics {self.shard_metrics[sid]}  data {self.dir / sid}  "
+                  f"log {self.dir / sid / 'manager.log'}", flush=True)
         if a.edges:
             from tailor.paths import go_binary
 

@@ -310,6 +310,40 @@ def test_a_shard_serves_its_counters_and_its_partitions_metrics_read_only(bus):
         httpx.get(url + "/metrics", timeout=2)
 
 
+def test_a_shards_counters_never_go_down_while_a_partition_is_released(bus):
+    """A released worker's counters are counted while it stops (its final cycle and state take seconds) and then in
+    the shard's retired total: the heartbeat's and the metrics endpoint's totals never fall. (Until 2026-12-07 the
+    worker left the running set before its stop and reached the retired total after it: a scrape in between saw
+    every tailor_shard_*_total fall by its counts, which Prometheus takes for a counter reset: found by review.)"""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tailor.bus.metrics import ShardCollector
+    from tailor.bus.shard import Counters, Shard
+
+    sh = Shard(_shard_cfg(bus, "r"))
+    registry = CollectorRegistry()
+    registry.register(ShardCollector(sh))
+    seen = []
+
+    class Stopping:  # a worker whose stop runs a last cycle
+        mgr, version = None, None
+
+        def __init__(self):
+            self.counters = Counters(messages=1000, records=40_000)
+
+        async def stop(self):
+            seen.append((sh.totals()[0].messages, _metric(generate_latest(registry).decode(), "tailor_shard_messages_total")))
+            self.counters.messages += 5
+
+    sh.workers[0], sh.workers[1] = Stopping(), Stopping()
+    sh.claims.update({0, 1})
+    asyncio.run(sh._release(0))
+    assert seen == [(2000, 2000)], seen
+    total, running = sh.totals()
+    assert total.messages == 2005 and total.records == 80_000 and [p for p, _ in running] == [1] and not sh.releasing
+    assert sh.claims == {1}
+
+
 def test_crash_between_state_and_ack_redelivery_is_not_ingested_twice(bus):
     P, N = 2, 300
     proc = bus.shard("a", P, ack_wait=1.0, env={"TAILOR_BUS_CRASH_BEFORE_ACK": "1"})

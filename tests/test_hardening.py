@@ -872,6 +872,23 @@ def test_one_client_address_cannot_take_the_whole_connection_cap(tmp_path):
     with pytest.raises(ParameterError, match="max_connections_per_address"):
         cfg(tmp_path, max_connections_per_address=-1)
 
+    from tailor.manager.httpserver import _address
+
+    class Peer:  # what the cap counts a connection against
+        def __init__(self, peer):
+            self.peer = peer
+
+        def get_extra_info(self, name):
+            return self.peer if name == "peername" else None
+
+    assert _address(Peer(("192.0.2.7", 40000))) == "192.0.2.7"
+    assert _address(Peer(("::ffff:192.0.2.7", 40000, 0, 0))) == "192.0.2.7"
+    # one client's /64 is one address: it cannot take the cap with 2^64 source addresses
+    assert _address(Peer(("2001:db8:1:2::1", 1, 0, 0))) == _address(Peer(("2001:db8:1:2:ffff::9", 1, 0, 0))) \
+        == "2001:db8:1:2::/64"
+    assert _address(Peer(("2001:db8:1:3::1", 1, 0, 0))) != _address(Peer(("2001:db8:1:2::1", 1, 0, 0)))
+    assert _address(Peer("/run/tailor.sock")) is None
+
 
 def test_clients_that_take_no_answers_are_dropped_at_the_write_deadline(slow_manager):
     """Slow readers: --max-connections clients pipelining ``GET /metrics`` (no credential) and reading nothing fill

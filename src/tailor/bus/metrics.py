@@ -77,10 +77,7 @@ class ShardCollector:
 
     def collect(self):
         sh = self.shard
-        workers = list(sh.workers.items())  # one atomic copy: the shard's loop adds and removes workers meanwhile
-        total = sh.retired
-        for _, w in workers:
-            total = total.add(w.counters)
+        total, workers = sh.totals()  # a consistent copy: the shard's loop adds and removes workers meanwhile
         counts = total.as_dict() | dict(sh.stream_removed)
         for name, value in counts.items():
             fam = CounterMetricFamily(f"tailor_shard_{name}", COUNTER_HELP.get(name, name.replace("_", " ")))
@@ -143,7 +140,7 @@ def health(shard) -> dict:
     half its TTL or a partition's last cycle failed."""
     from tailor.bus import setup as S
 
-    workers = list(shard.workers.items())
+    _, workers = shard.totals()
     age = max(time.monotonic() - shard.beat_ok, 0.0)
     problems = []
     if age > S.HEARTBEAT_TTL_S / 2:

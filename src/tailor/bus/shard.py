@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import signal
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -607,6 +608,11 @@ class Shard:
         self.stopping = asyncio.Event()
         self.heartbeats_ignored = 0
         self.retired = Counters()  # counters of the workers released so far
+        # workers being released (out of ``workers``, their counters not yet in ``retired``): counted still, so that
+        # the totals never go down (a scrape during a release saw them fall by the worker's counts until 2026-12-07)
+        self.releasing: dict[int, PartitionWorker] = {}
+        # guards workers / releasing / retired against the metrics endpoint's thread reading them half-moved
+        self.counts_lock = threading.Lock()
         self.beat_ok = time.monotonic()  # last heartbeat the bus took
         # messages this shard removed from the stream at its start (setup.remove_strays): unacknowledged ones of
         # partitions >= P (the cluster document recreated with fewer partitions: never folded), and those on subjects
@@ -655,10 +661,18 @@ class Shard:
         self.stream_removed["messages_lost_repartition"] += removed.lost
         self.stream_removed["stray_messages_removed"] += removed.other
 
-    async def heartbeat(self) -> None:
-        total = self.retired
-        for w in self.workers.values():
+    def totals(self) -> tuple[Counters, list[tuple[int, PartitionWorker]]]:
+        """The shard's counters (its running workers', those being released and those released) and its running
+        workers, read consistently (also from the metrics endpoint's thread)."""
+        with self.counts_lock:
+            workers, parts = list(self.workers.items()), [*self.workers.values(), *self.releasing.values()]
+            total = self.retired
+        for w in parts:
             total = total.add(w.counters)
+        return total, workers
+
+    async def heartbeat(self) -> None:
+        total, _ = self.totals()
         doc = {"shard": self.cfg.shard_id, "time": time.time(), "pid": os.getpid(), "partitions": sorted(self.claims),
                "versions": {str(p): w.version for p, w in self.workers.items()},
                "counters": total.as_dict() | self.stream_removed}
@@ -743,34 +757,55 @@ class Shard:
                 except Exception as err:  # noqa: BLE001 (retried at the next check)
                     log("bus.takeover_failed", logging.ERROR, partition=p, error=f"{type(err).__name__}: {err}")
                     self.claims.discard(p)
+                    with self.counts_lock:  # what it counted before failing
+                        self.retired = self.retired.add(w.counters)
                     if w.mgr is not None:
                         await asyncio.to_thread(w.mgr.close)
                     continue
-                self.workers[p] = w
+                with self.counts_lock:
+                    self.workers[p] = w
 
     async def _release(self, p: int) -> None:
-        w = self.workers.pop(p)
+        with self.counts_lock:
+            w = self.workers.pop(p)
+            self.releasing[p] = w
         try:
             await w.stop()
         except Exception as err:  # noqa: BLE001
             log("bus.release_failed", logging.ERROR, partition=p, error=f"{type(err).__name__}: {err}")
-        self.retired = self.retired.add(w.counters)
+        finally:
+            with self.counts_lock:
+                self.retired = self.retired.add(w.counters)
+                self.releasing.pop(p, None)
         self.claims.discard(p)
 
     async def run(self) -> int:
         await self.connect()
         endpoint = None
-        if self.cfg.metrics_listen is not None:
-            from tailor.bus.metrics import MetricsServer
+        try:
+            if self.cfg.metrics_listen is not None:
+                from tailor.bus.metrics import MetricsServer
 
-            endpoint = MetricsServer(self, *self.cfg.metrics_listen)
-            try:
-                await asyncio.to_thread(endpoint.start)
-            except RuntimeError as err:
-                await self.nc.drain()
-                raise BusError(f"tailor manager: metrics-listen {self.cfg.metrics_listen[0]}:"
-                               f"{self.cfg.metrics_listen[1]}: {err}") from None
-            log("bus.metrics", host=self.cfg.metrics_listen[0], port=self.cfg.metrics_listen[1])
+                host, port = self.cfg.metrics_listen
+                endpoint = MetricsServer(self, host, port)
+                try:
+                    await asyncio.to_thread(endpoint.start)
+                except RuntimeError as err:
+                    await self._drain()
+                    raise BusError(f"tailor manager: metrics-listen {host}:{port}: {err}") from None
+                log("bus.metrics", host=host, port=port)
+            return await self._serve()
+        finally:  # the endpoint ends with the shard, however the shard ends (its thread would keep the port bound)
+            if endpoint is not None:
+                await asyncio.to_thread(endpoint.stop)
+
+    async def _drain(self) -> None:
+        try:
+            await self.nc.drain()
+        except Exception as err:  # noqa: BLE001 (the bus away or the connection closed: nothing left to flush)
+            log("bus.drain_failed", logging.WARNING, error=f"{type(err).__name__}: {err}")
+
+    async def _serve(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
@@ -795,9 +830,7 @@ class Shard:
                 await self.shards.delete(f"alive.{self.cfg.shard_id}")  # the others take over without waiting the TTL
             except Exception:  # noqa: BLE001
                 pass
-            await self.nc.drain()
-            if endpoint is not None:
-                await asyncio.to_thread(endpoint.stop)
+            await self._drain()
             log("bus.stopped", shard=self.cfg.shard_id)
         return 0
 

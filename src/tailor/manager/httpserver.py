@@ -10,8 +10,8 @@ the manager runs uvicorn's h11 protocol with four bounds of its own (:class:`Bou
 
 * at most ``max_connections`` open connections: one more is aborted at accept, before anything is read (over TLS,
   once its handshake is done: whatever it sent with its handshake is dropped, never handed to the application);
-* at most ``max_per_address`` of them from one client address (0: no such bound), refused the same way, so that one
-  client cannot take the whole cap from the others (until 2026-12-07 one address could hold every connection: found
+* at most ``max_per_address`` of them from one client address (an IPv6 client's /64, which one client may hold
+  whole; 0: no such bound), refused the same way, so that one client cannot take the whole cap from the others (until 2026-12-07 one address could hold every connection: found
   by review). Behind a reverse proxy or a NAT every client has the proxy's address: raise it or set 0 there;
 * a request's headers must be complete within ``header_timeout_s`` of the connection's accept or the end of the
   previous response on it (idle keep-alive connections are closed after uvicorn's 5 s keep-alive timeout);
@@ -44,6 +44,7 @@ application takes to answer (its own bounds: the long-poll's ``max_wait_s``, the
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections import Counter
 
 import h11
@@ -128,7 +129,7 @@ class BoundedH11Protocol(H11Protocol):
 
     max_connections: int = 1024
     max_per_address: int = 0  # 0: no bound per client address
-    per_address: Counter  # client address -> open connections (set per subclass: one server's)
+    per_address: Counter = Counter()  # client address -> open connections (protocol_class gives each server its own)
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     write_timeout_s: float = 30.0
@@ -152,8 +153,8 @@ class BoundedH11Protocol(H11Protocol):
             # abort, not close: a TLS close() would still hand what came with the handshake to data_received
             transport.abort()
             return
-        address = _address(transport)
-        if self.max_per_address and address is not None and self.per_address[address] >= self.max_per_address:
+        address = _address(transport) if self.max_per_address else None
+        if address is not None and self.per_address[address] >= self.max_per_address:
             self._refused = True
             self._count("address")
             transport.abort()
@@ -295,13 +296,19 @@ class BoundedH11Protocol(H11Protocol):
 
 
 def _address(transport: asyncio.BaseTransport) -> str | None:
-    """The connection's client address (its IP, without the port; an IPv4-mapped IPv6 address as IPv4), or None
+    """The connection's client address as the per-address cap counts it: an IPv4 address (IPv4-mapped IPv6 ones
+    too), an IPv6 address's /64 (a client commonly holds a whole /64, and Tailor keys IPv6 clients by it); None
     when the transport has none (a Unix socket)."""
     peer = transport.get_extra_info("peername")
     if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
         return None
-    host = peer[0]
-    return host[7:] if host.startswith("::ffff:") and "." in host else host
+    try:
+        ip = ipaddress.ip_address(peer[0].split("%", 1)[0])  # (a scope id: fe80::1%eth0)
+    except ValueError:
+        return peer[0]
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
 
 
 def protocol_class(cfg: ManagerConfig, metrics) -> type[BoundedH11Protocol]:

@@ -92,6 +92,9 @@ def test_manager_flags_need_a_shard_id(tmp_path):
     assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a", "--metrics-listen", "nowhere",
                  "--data", str(tmp_path)]) == 2
     assert main(["manager", "--metrics-listen", "127.0.0.1:9", "--insecure-dev", "--data", str(tmp_path)]) == 2
+    for replicas in ("0", "6"):  # JetStream's replica counts: 1 to 5
+        assert main(["manager", "--bus", "nats://127.0.0.1:1", "--shard-id", "a", "--bus-replicas", replicas,
+                     "--data", str(tmp_path)]) == 2
 
 
 def test_unreachable_bus_is_one_clear_error(tmp_path, capsys):

@@ -23,7 +23,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tailor.bus.natsd import NatsServer, free_port, write_secret
+from tailor.bus.natsd import NatsCluster, NatsServer, free_port, write_secret
 from tailor.bus.partition import DEFAULT_PARTITIONS, MAX_PARTITIONS
 from tailor.errors import check
 
@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
                    help="working directory (nats data, shard data, logs, keys; default a new temporary directory); "
                         "nothing in it is removed")
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS, help="partitions (default 6)")
+    p.add_argument("--bus-nodes", type=int, default=1,
+                   help="nats-servers forming one JetStream cluster (default 1; 3: the stream, buckets and state "
+                        "with 3 replicas, so that one server may die)")
     p.add_argument("--update-freq", type=float, default=10.0, help="the shards' update period in seconds (default 10)")
     p.add_argument("--policy", default="tailor", help="the shards' policy (default tailor)")
     p.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines (default 5)")
@@ -78,13 +81,15 @@ class Cluster:
               args.partitions)
         check(args.update_freq > 0, "tailor cluster", "update-freq", "> 0", args.update_freq)
         check(args.status_every > 0, "tailor cluster", "status-every", "> 0", args.status_every)
+        check(1 <= getattr(args, "bus_nodes", 1) <= 5, "tailor cluster", "bus-nodes", "in [1, 5]",
+              getattr(args, "bus_nodes", 1))
         self.args = args
         self.dir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tailor-cluster-"))
         self.dir.mkdir(parents=True, exist_ok=True)
         self.children: list[tuple[str, subprocess.Popen]] = []
         self.edges: dict[str, dict] = {}  # name -> {"cmd", "log", "url", "metrics"}: what restart_edge needs
         self.shard_metrics: dict[str, str] = {}  # shard name -> its metrics endpoint (--metrics-listen)
-        self.server: NatsServer | None = None
+        self.server: NatsServer | NatsCluster | None = None
         self.stopping = False
 
     def _spawn(self, name: str, cmd: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
@@ -97,10 +102,18 @@ class Cluster:
 
     def start(self) -> None:
         a = self.args
-        self.server = NatsServer(self.dir / "nats").start()
+        nodes = getattr(a, "bus_nodes", 1)
+        if nodes > 1:
+            self.server = NatsCluster(self.dir / "nats", nodes).start()
+            servers = self.server.nodes
+        else:
+            self.server = NatsServer(self.dir / "nats").start()
+            servers = [self.server]
         users = self.server.info["users"]
-        print(f"nats-server  pid {self.server.proc.pid}  {self.server.url}  config {self.server.info['conf']}  "
-              f"passwords {users['manager']} {users['edge']}", flush=True)
+        for n in servers:
+            print(f"nats-server  pid {n.proc.pid}  {n.url}  config {n.info['conf']}", flush=True)
+        print(f"bus {self.server.url}  passwords {users['manager']} {users['edge']}", flush=True)
+        replicas = ["--bus-replicas", str(min(nodes, 3))] if nodes > 1 else []
         key, pub = _signing_key(self.dir)
         src = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
@@ -109,7 +122,8 @@ class Cluster:
             cmd = [sys.executable, "-m", "tailor", "manager", "--bus", self.server.url, "--shard-id", sid,
                    "--bus-user", "manager", "--bus-password-file", str(users["manager"]), "--data", str(self.dir / sid),
                    "--signing-key", str(key), "--partitions", str(a.partitions), "--update-freq", str(a.update_freq),
-                   "--policy", a.policy, "--metrics-listen", f"127.0.0.1:{mport}", *getattr(a, "shard_arg", [])]
+                   "--policy", a.policy, "--metrics-listen", f"127.0.0.1:{mport}", *replicas,
+                   *getattr(a, "shard_arg", [])]
             proc = self._spawn(sid, cmd, self.dir / sid / "manager.log", env)
             self.shard_metrics[sid] = f"http://127.0.0.1:{mport}/metrics"
             print(f"{sid}  pid {proc.pid}  metrics {self.shard_metrics[sid]}  data {self.dir / sid}  "

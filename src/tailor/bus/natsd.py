@@ -10,6 +10,10 @@ users are asked for, authorization with two users (docs/bus.md, Security):
   write a table, read learned state or the archive, or touch the telemetry consumers.
 
 Passwords are random (32 hex digits) and written to ``<dir>/<user>.password`` with mode 0600.
+
+:class:`NatsCluster` runs several such servers as one JetStream cluster on loopback (``<dir>/node-<i>``, the same
+users and passwords, routes between them authenticated with a random route password): streams and buckets created
+with 3 replicas survive one server's loss (``tailor cluster --bus-nodes 3``, ``tailor manager --bus-replicas 3``).
 """
 
 from __future__ import annotations
@@ -67,16 +71,28 @@ def _list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
-def write_config(directory: Path, port: int, users: bool = True) -> dict:
-    """Write ``nats-server.conf`` (and the password files); returns {"conf", "url", "users": {name: file}}."""
+def write_config(directory: Path, port: int, users: bool = True, cluster: dict | None = None,
+                 passwords: dict[str, str] | None = None) -> dict:
+    """Write ``nats-server.conf`` (and the password files); returns {"conf", "url", "users": {name: file}}.
+
+    ``cluster``: {"name", "server", "port", "routes": [route ports of the others], "password"}: this server as one
+    node of a JetStream cluster. ``passwords``: the users' passwords (a cluster's nodes share them); random when
+    None."""
     directory.mkdir(parents=True, exist_ok=True)
     lines = [f"listen: 127.0.0.1:{port}", f"max_payload: {MAX_PAYLOAD}", "jetstream {",
              f"  store_dir: {json.dumps(str(directory / 'jetstream'))}", "}"]
+    if cluster is not None:
+        routes = ", ".join(json.dumps(f"nats-route://route:{cluster['password']}@127.0.0.1:{p}")
+                           for p in cluster["routes"])
+        lines += [f"server_name: {json.dumps(cluster['server'])}", "cluster {", f"  name: {json.dumps(cluster['name'])}",
+                  f"  listen: 127.0.0.1:{cluster['port']}",
+                  f"  authorization {{ user: route, password: {json.dumps(cluster['password'])} }}",
+                  f"  routes: [{routes}]", "}"]
     files = {}
     if users:
         entries = []
         for name, pub, sub in (("manager", MANAGER_PUBLISH, MANAGER_SUBSCRIBE), ("edge", EDGE_PUBLISH, EDGE_SUBSCRIBE)):
-            password = secrets.token_hex(16)
+            password = (passwords or {}).get(name) or secrets.token_hex(16)
             files[name] = directory / f"{name}.password"
             write_secret(files[name], password)
             entries.append(f"    {{user: {json.dumps(name)}, password: {json.dumps(password)}, permissions: {{"
@@ -92,13 +108,14 @@ def write_config(directory: Path, port: int, users: bool = True) -> dict:
 class NatsServer:
     """A nats-server child process on loopback; :meth:`stop` kills it by PID and waits for it."""
 
-    def __init__(self, directory: Path, port: int | None = None, users: bool = True):
+    def __init__(self, directory: Path, port: int | None = None, users: bool = True, cluster: dict | None = None,
+                 passwords: dict[str, str] | None = None):
         binary = nats_server_binary()
         if binary is None:
             raise TailorError("nats-server not found (apt-get install nats-server, or set $TAILOR_NATS_SERVER)")
         self.binary, self.dir = binary, Path(directory)
         self.port = port or free_port()
-        self.info = write_config(self.dir, self.port, users)
+        self.info = write_config(self.dir, self.port, users, cluster, passwords)
         self.url = self.info["url"]
         self.proc: subprocess.Popen | None = None
 
@@ -136,3 +153,67 @@ class NatsServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class NatsCluster:
+    """``nodes`` nats-servers on loopback forming one JetStream cluster (``<dir>/node-<i>``, the same users and
+    passwords on each); ``url`` lists every node (clients fail over between them). :meth:`start` returns once a
+    JetStream request is answered (the cluster has a meta leader); :meth:`stop` stops every node by PID."""
+
+    def __init__(self, directory: Path, nodes: int = 3, users: bool = True):
+        if nodes < 1:
+            raise TailorError(f"a JetStream cluster needs at least one node, got {nodes}")
+        self.dir = Path(directory)
+        ports = [(free_port(), free_port()) for _ in range(nodes)]
+        route_password = secrets.token_hex(16)
+        passwords = {"manager": secrets.token_hex(16), "edge": secrets.token_hex(16)} if users else None
+        self.nodes = [NatsServer(self.dir / f"node-{i}", port=client, users=users, passwords=passwords,
+                                 cluster={"name": "tailor", "server": f"node-{i}", "port": route,
+                                          "routes": [r for j, (_, r) in enumerate(ports) if j != i],
+                                          "password": route_password})
+                      for i, (client, route) in enumerate(ports)]
+        self.info = self.nodes[0].info  # the users' password files (every node's hold the same passwords)
+        self.url = ",".join(n.url for n in self.nodes)
+
+    def start(self, timeout_s: float = 30.0) -> NatsCluster:
+        for n in self.nodes:
+            n.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._jetstream_ready():
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TailorError(f"the JetStream cluster in {self.dir} elected no leader within {timeout_s:g} s")
+            time.sleep(0.25)
+        return self
+
+    def _jetstream_ready(self) -> bool:
+        """A $JS.API.INFO request answered by the cluster (as the manager user, when there are users)."""
+        import asyncio
+
+        import nats
+
+        async def ask() -> bool:
+            user = "manager" if self.info["users"] else None
+            nc = await nats.connect(servers=self.url.split(","), user=user,
+                                    password=self.password("manager") if user else None, connect_timeout=2,
+                                    max_reconnect_attempts=0)
+            try:
+                await nc.jetstream().account_info()
+                return True
+            except Exception:  # noqa: BLE001 (no meta leader yet: JetStream not available)
+                return False
+            finally:
+                await nc.close()
+
+        try:
+            return asyncio.run(ask())
+        except Exception:  # noqa: BLE001 (not listening yet)
+            return False
+
+    def password(self, user: str) -> str:
+        return self.nodes[0].password(user)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+

@@ -149,13 +149,16 @@ def is_state_object(p: int, name: str) -> bool:
     return name == part_key(p) or (len(rest) == 2 and all(x.isdigit() for x in rest) and len(name) <= 64)
 
 
-def stream_config(max_bytes: int = STREAM_MAX_BYTES, partitions: int = DEFAULT_PARTITIONS) -> api.StreamConfig:
+def stream_config(max_bytes: int = STREAM_MAX_BYTES, partitions: int = DEFAULT_PARTITIONS,
+                  replicas: int = 1) -> api.StreamConfig:
     """Discard NEW, no max_age: a full stream refuses the publish; nothing stored is removed but by the shards'
-    trimming of acknowledged messages (:func:`trim_acknowledged`). Subjects: the ``partitions`` partitions' only."""
+    trimming of acknowledged messages (:func:`trim_acknowledged`). Subjects: the ``partitions`` partitions' only.
+    ``replicas``: copies on as many servers of a JetStream cluster (a publish is acknowledged once a majority holds
+    it); its consumers inherit it."""
     return api.StreamConfig(name=STREAM, subjects=stream_subjects(partitions), storage=api.StorageType.FILE,
                             retention=api.RetentionPolicy.LIMITS, max_age=0, max_bytes=max_bytes,
                             discard=api.DiscardPolicy.NEW, duplicate_window=DUPLICATE_WINDOW_S,
-                            max_msg_size=MAX_MSG_BYTES)
+                            max_msg_size=MAX_MSG_BYTES, num_replicas=replicas)
 
 
 def consumer_config(p: int, ack_wait_s: float = ACK_WAIT_S) -> api.ConsumerConfig:
@@ -166,7 +169,8 @@ def consumer_config(p: int, ack_wait_s: float = ACK_WAIT_S) -> api.ConsumerConfi
 
 
 async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int = DEFAULT_PARTITIONS, *,
-                        widen_only: bool = False, on_removed: Callable[[Strays], None] | None = None) -> str:
+                        widen_only: bool = False, on_removed: Callable[[Strays], None] | None = None,
+                        replicas: int = 1) -> str:
     """Create the telemetry stream when missing ("created"); an existing one keeps its settings ("kept") except
     these, which are moved to the bus's ("updated", logged at WARNING):
 
@@ -182,17 +186,21 @@ async def ensure_stream(js, max_bytes: int = STREAM_MAX_BYTES, partitions: int =
 
     ``widen_only``: before the cluster document exists (:func:`cluster_doc`'s ``before_create``): create the stream
     when missing, else only add the subjects of ``partitions`` it lacks ("widened"); nothing is removed (the document
-    another shard creates meanwhile may name another ``P``: the call after the document is read settles it)."""
+    another shard creates meanwhile may name another ``P``: the call after the document is read settles it).
+
+    ``replicas``: the stream's copies when it is created; an existing stream keeps its own (a different count is
+    logged at WARNING, ``bus.replicas_differ``: the operator moves it with ``nats stream edit``)."""
     want = stream_subjects(partitions)
     try:
         info = await js.stream_info(STREAM)
     except NotFoundError:
         try:
-            await js.add_stream(stream_config(max_bytes, partitions))
+            await js.add_stream(stream_config(max_bytes, partitions, replicas))
             return "created"
         except BadRequestError:  # created meanwhile by another shard (or exists with an operator's settings)
             info = await js.stream_info(STREAM)
     cfg = info.config
+    _check_replicas(STREAM, cfg.num_replicas, replicas)
     if widen_only:
         have = list(cfg.subjects or [])
         missing = [s for s in want if not any(_covers(h, s) for h in have)]
@@ -410,35 +418,47 @@ async def recreate_consumer(js, p: int, ack_wait_s: float) -> None:
     await ensure_consumer(js, p, ack_wait_s)
 
 
-async def _kv(js, bucket: str, **settings):
+def _check_replicas(name: str, have: int | None, want: int) -> None:
+    if (have or 1) != want:
+        log("bus.replicas_differ", logging.WARNING, stream=name, replicas=have or 1, asked=want,
+            note="an existing stream or bucket keeps its replicas; change them with nats stream edit")
+
+
+async def _kv(js, bucket: str, replicas: int = 1, **settings):
     try:
-        return await js.key_value(bucket)
+        kv = await js.key_value(bucket)
     except BucketNotFoundError:
-        pass
-    try:
-        return await js.create_key_value(api.KeyValueConfig(bucket=bucket, storage=api.StorageType.FILE, **settings))
-    except BadRequestError:
-        return await js.key_value(bucket)
+        try:
+            return await js.create_key_value(api.KeyValueConfig(bucket=bucket, storage=api.StorageType.FILE,
+                                                                replicas=replicas, **settings))
+        except BadRequestError:
+            kv = await js.key_value(bucket)
+    _check_replicas(f"KV_{bucket}", (await js.stream_info(f"KV_{bucket}")).config.num_replicas, replicas)
+    return kv
 
 
-async def _object_store(js, bucket: str):
+async def _object_store(js, bucket: str, replicas: int = 1):
     try:
-        return await js.object_store(bucket)
+        obj = await js.object_store(bucket)
     except BucketNotFoundError:
-        pass
-    try:
-        return await js.create_object_store(bucket, api.ObjectStoreConfig(storage=api.StorageType.FILE))
-    except BadRequestError:
-        return await js.object_store(bucket)
+        try:
+            return await js.create_object_store(bucket, api.ObjectStoreConfig(storage=api.StorageType.FILE,
+                                                                              replicas=replicas))
+        except BadRequestError:
+            obj = await js.object_store(bucket)
+    _check_replicas(f"OBJ_{bucket}", (await js.stream_info(f"OBJ_{bucket}")).config.num_replicas, replicas)
+    return obj
 
 
-async def ensure_buckets(js) -> dict:
-    """{"tables", "archive", "shards", "leases", "state"}: the four key-value buckets and the object store."""
-    return {"tables": await _kv(js, TABLES, history=TABLES_HISTORY),
-            "leases": await _kv(js, LEASES, history=1),
-            "archive": await _kv(js, ARCHIVE, history=ARCHIVE_HISTORY),
-            "shards": await _kv(js, SHARDS, history=1, ttl=HEARTBEAT_TTL_S),
-            "state": await _object_store(js, STATE)}
+async def ensure_buckets(js, replicas: int = 1) -> dict:
+    """{"tables", "archive", "shards", "leases", "state"}: the four key-value buckets and the object store, created
+    with ``replicas`` copies (existing ones keep theirs, a different count logged: ``bus.replicas_differ``)."""
+    r = replicas
+    return {"tables": await _kv(js, TABLES, r, history=TABLES_HISTORY),
+            "leases": await _kv(js, LEASES, r, history=1),
+            "archive": await _kv(js, ARCHIVE, r, history=ARCHIVE_HISTORY),
+            "shards": await _kv(js, SHARDS, r, history=1, ttl=HEARTBEAT_TTL_S),
+            "state": await _object_store(js, STATE, r)}
 
 
 async def ensure_consumer(js, p: int, ack_wait_s: float = ACK_WAIT_S):

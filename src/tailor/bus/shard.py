@@ -57,6 +57,7 @@ MAX_HEARTBEAT_BYTES = 256 << 10  # a heartbeat value larger than this is ignored
 SHARD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CONNECT_ATTEMPTS = 3  # per server, 1 s apart, at the start
 CRASH_ENV = "TAILOR_BUS_CRASH_BEFORE_ACK"  # tests only: "1" exits (137) after the first state write that folds messages
+MAX_REPLICAS = 5  # JetStream's largest replica count
 MAX_LEASE_BYTES = 4096  # a lease value larger than this is not read (its state reference is ignored)
 
 
@@ -72,11 +73,15 @@ class ShardConfig:
     ack_wait_s: float = S.ACK_WAIT_S  # consumer creation only; tests use a short one (hidden --bus-ack-wait)
     heartbeat_s: float = S.HEARTBEAT_S
     metrics_listen: tuple[str, int] | None = None  # GET /metrics and /healthz on this address (tailor.bus.metrics)
+    replicas: int = 1  # copies of the stream and buckets this shard creates (a JetStream cluster: 3)
 
     def __post_init__(self):
         if not SHARD_ID_RE.fullmatch(self.shard_id or ""):
             raise ParameterError(f"The 'shard-id' parameter of tailor manager must be 1-64 characters of "
                                  f"[A-Za-z0-9_-]. Got {self.shard_id!r}.")
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise ParameterError(f"The 'bus-replicas' parameter of tailor manager must be in [1, {MAX_REPLICAS}]. "
+                                 f"Got {self.replicas!r}.")
         for url in self.servers:
             if not re.fullmatch(r"(nats|tls)://[^\s/,]+:\d{1,5}", url):
                 raise ParameterError(f"The 'bus' parameter of tailor manager must be nats://HOST:PORT[,nats://...]. "
@@ -641,18 +646,18 @@ class Shard:
             raise BusError(f"tailor manager: cannot connect to the bus {','.join(cfg.servers)}"
                            f"{' as ' + cfg.user if cfg.user else ''}: {type(err).__name__}: {err}") from None
         self.js = self.nc.jetstream()
-        buckets = await S.ensure_buckets(self.js)
+        buckets = await S.ensure_buckets(self.js, cfg.replicas)
         self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
                                                             buckets["state"])
         self.leases = buckets["leases"]
 
         async def stream_first(partitions: int) -> None:  # before edges can read P (and publish): the stream takes it
-            await S.ensure_stream(self.js, partitions=partitions, widen_only=True)
+            await S.ensure_stream(self.js, partitions=partitions, widen_only=True, replicas=cfg.replicas)
 
         doc, created = await S.cluster_doc(self.tables, cfg.partitions, before_create=stream_first)
         self.partitions, self.salt = doc["partitions"], doc["salt"]
         # the stream's subjects are the partitions'; what it held on others is removed and counted
-        await S.ensure_stream(self.js, partitions=self.partitions, on_removed=self._count_removed)
+        await S.ensure_stream(self.js, partitions=self.partitions, on_removed=self._count_removed, replicas=cfg.replicas)
         await S.ensure_consumers(self.js, self.partitions, cfg.ack_wait_s)
         log("bus.connected", shard=cfg.shard_id, servers=cfg.servers, partitions=self.partitions,
             cluster_created=created)

@@ -64,7 +64,9 @@ class EdgePublisher:
 
 
 async def connect(url: str, user: str | None = None, password: str | None = None):
-    return await nats.connect(url, user=user, password=password, max_reconnect_attempts=2, connect_timeout=3)
+    """A connection to ``url`` (``nats://HOST:PORT[,nats://...]``: a cluster's nodes)."""
+    return await nats.connect(servers=url.split(","), user=user, password=password, max_reconnect_attempts=2,
+                              connect_timeout=3)
 
 
 async def kv_values(js, bucket: str, prefix: str) -> dict[str, bytes]:

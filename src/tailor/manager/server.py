@@ -86,6 +86,10 @@ def add_arguments(p) -> None:
                    help="run as one shard of a scaled-out manager on NATS JetStream (docs/bus.md): telemetry, tables "
                         "and learned state travel through the bus; no API listener (--listen is ignored; see --metrics-listen)")
     p.add_argument("--shard-id", metavar="ID", help="this shard's name, [A-Za-z0-9_-]{1,64} (required with --bus)")
+    p.add_argument("--bus-replicas", type=int, default=1, metavar="R",
+                   help="with --bus: copies of the telemetry stream, buckets and state store on a JetStream cluster's "
+                        "servers, when this shard creates them (existing ones keep theirs; 3 on a three-node cluster: "
+                        "one server may fail without losing acknowledged telemetry) (default 1)")
     p.add_argument("--metrics-listen", metavar="HOST:PORT",
                    help="with --bus: serve the shard's Prometheus metrics (GET /metrics, its counters and every "
                         "partition's manager metrics) and GET /healthz, read-only, on HOST:PORT (default: none)")
@@ -261,7 +265,7 @@ def run_bus(args) -> int:
     metrics_listen = parse_listen(args.metrics_listen, "metrics-listen") if args.metrics_listen else None
     cfg = ShardConfig(servers=parse_servers(args.bus), shard_id=args.shard_id, data_dir=args.data, base=base,
                       user=args.bus_user, password=password, partitions=args.partitions, ack_wait_s=args.bus_ack_wait,
-                      metrics_listen=metrics_listen)
+                      metrics_listen=metrics_listen, replicas=args.bus_replicas)
     logs.log("manager.start", bus=cfg.servers, shard=cfg.shard_id, data=cfg.data_dir, policy=base.policy,
              space=base.space)
     return run_shard(cfg)

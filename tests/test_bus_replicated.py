@@ -1,0 +1,141 @@
+"""The bus on a three-node JetStream cluster (``tailor.bus.natsd.NatsCluster``, ``tailor manager --bus-replicas 3``):
+a shard and an edge-like publisher keep working when the node leading the telemetry stream is killed (kill -9), and
+every batch JetStream acknowledged is folded exactly once. Needs nats-server (Debian's, >= 2.9)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from tailor.bus import setup as S
+from tailor.bus import testing as T
+from tailor.bus.natsd import NatsCluster, nats_server_binary
+
+pytestmark = pytest.mark.skipif(nats_server_binary() is None,
+                                reason="nats-server not installed (apt-get install nats-server)")
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+P, BATCHES, PER_BATCH = 2, 40, 25
+
+
+async def _connect(cluster: NatsCluster, user: str):
+    import nats
+
+    return await nats.connect(servers=cluster.url.split(","), user=user, password=cluster.password(user),
+                              connect_timeout=3, reconnect_time_wait=0.5, max_reconnect_attempts=60)
+
+
+async def _until(what: str, fn, timeout: float, proc):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the shard exited with {proc.returncode} while waiting for {what}"
+        try:
+            last = await fn()
+        except Exception as err:  # noqa: BLE001 (a node down: the cluster answers again after its election)
+            last = f"{type(err).__name__}: {err}"
+        if last and not isinstance(last, str):
+            return last
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last})")
+
+
+async def _publish_acknowledged(pub, p: int, recs: list[dict], seq: int, timeout_s: float = 60.0) -> float:
+    """Publish one batch until JetStream acknowledges it (the same message id each time, as tailor-edge retries:
+    a copy stored before a failed answer is a duplicate); returns the seconds it took."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            await pub.publish(p, recs, seq=seq)
+            return time.monotonic() - t0
+        except Exception:  # noqa: BLE001 (no responders, a timeout: the stream's leader is being elected)
+            assert time.monotonic() - t0 < timeout_s, f"batch {seq} not acknowledged within {timeout_s} s"
+            await asyncio.sleep(0.2)
+
+
+def test_a_three_node_bus_loses_no_acknowledged_telemetry_when_the_stream_leader_dies(tmp_path):
+    cluster = NatsCluster(tmp_path / "nats", nodes=3).start()
+    key = tmp_path / "signing.key"
+    key.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    log = open(tmp_path / "shard.log", "ab")
+    shard = subprocess.Popen(
+        [sys.executable, "-m", "tailor", "manager", "--bus", cluster.url, "--shard-id", "a", "--bus-user", "manager",
+         "--bus-password-file", str(cluster.info["users"]["manager"]), "--data", str(tmp_path / "a"),
+         "--signing-key", str(key), "--update-freq", "1", "--bus-ack-wait", "2", "--partitions", str(P),
+         "--bus-replicas", "3", "--policy", "configanator"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=SRC))
+    log.close()
+    figures = {}
+    try:
+        async def scenario():
+            nc, enc = await _connect(cluster, "manager"), await _connect(cluster, "edge")
+            js, pub = nc.jetstream(), T.EdgePublisher(enc.jetstream(), source="edge-r")
+            try:
+                await _until("the shard owning both partitions", lambda: _owns(js), 60, shard)
+                info = await js.stream_info(S.STREAM)
+                assert info.config.num_replicas == 3 and len(info.cluster.replicas or []) == 2, info.cluster
+                for bucket in ("KV_tailor-tables", "KV_tailor-leases", "OBJ_tailor-state"):
+                    assert (await js.stream_info(bucket)).config.num_replicas == 3, bucket
+                recs = T.records(BATCHES * PER_BATCH)
+                batches = [(p, rs) for p, rs in T.group(recs, P, chunk=PER_BATCH)]
+                half = len(batches) // 2
+                for seq, (p, rs) in enumerate(batches[:half], 1):
+                    await _publish_acknowledged(pub, p, rs, seq)
+                leader = info.cluster.leader
+                node = next(n for n in cluster.nodes if n.dir.name == leader)
+                node.proc.kill()  # kill -9 of the server leading the telemetry stream
+                node.proc.wait()
+                killed = time.monotonic()
+                waits = [await _publish_acknowledged(pub, p, rs, seq)
+                         for seq, (p, rs) in enumerate(batches[half:], half + 1)]
+                figures.update(leader=leader, batches=len(batches), first_ack_after_kill_s=round(waits[0], 2),
+                               all_acked_after_kill_s=round(time.monotonic() - killed, 2))
+                await _until(f"{len(recs)} records folded", lambda: _archived(js, len(recs)), 90, shard)
+                new = (await js.stream_info(S.STREAM)).cluster.leader
+                assert new and new != leader, (leader, new)
+                figures["new_leader"] = new
+                return len(recs)
+            finally:
+                await nc.close()
+                await enc.close()
+
+        n = asyncio.run(scenario())
+        shard.send_signal(signal.SIGTERM)  # final cycle, state, acknowledgements
+        assert shard.wait(timeout=60) == 0
+        from tailor.manager.store import Store
+
+        stored = []
+        for d in sorted((tmp_path / "a").glob("part-*")):
+            st = Store(d)
+            try:
+                stored += st.query("SELECT client_addr, time FROM telemetry")
+            finally:
+                st.close()
+        figures["stored"] = len(stored)
+        print("three-node bus, stream leader killed:", figures)
+        assert len(stored) == len(set(stored)) == n  # every acknowledged record once
+    finally:
+        if shard.poll() is None:
+            shard.kill()
+            shard.wait()
+        cluster.stop()
+
+
+async def _owns(js):
+    hb = (await T.heartbeats(js)).get("a", {})
+    return sorted(hb.get("partitions", [])) == list(range(P)) and hb
+
+
+async def _archived(js, n: int):
+    total = sum(a["records"] for a in (await T.archives(js)).values())
+    assert total <= n, f"{total} records folded, {n} published"
+    return total == n

@@ -1,5 +1,6 @@
 """Issue 15's fault tests on a whole deployment started by ``tailor cluster``'s code: a real nats-server (one node,
-file storage, authenticated users), 3 manager shards, 4 tailor-edge processes, HTTPS traffic from many /24s.
+file storage, authenticated users), 3 manager shards, 4 tailor-edge processes, HTTPS traffic from many /24s; and
+on a three-node JetStream cluster (``--bus-nodes 3``), the death of the server leading the telemetry stream.
 
 1. kill -9 of a shard mid-run: another shard owns its partitions and publishes their tables within a stated time;
 2. the bus stopped for 30 s: the edges serve every request with their last tables, their telemetry buffers stay
@@ -324,6 +325,112 @@ def test_kill_shard_stop_bus_restart_edge(tmp_path):
         figures["cached_edge_requests"] = ok
         assert ok >= 10 and failed == 0, t.errors[-5:]
         print("cluster fault figures:", json.dumps(figures))
+    finally:
+        if traffic is not None:
+            traffic.stop.set()
+            traffic.join(timeout=30)
+        cluster.stop()
+    assert all(p.poll() is not None for _, p in cluster.children)
+
+
+def test_edges_and_shards_ride_out_the_stream_leaders_death_on_a_three_node_bus(tmp_path):
+    """``tailor cluster --bus-nodes 3``: three clustered nats-servers, the stream, buckets and state with 3 replicas,
+    2 shards, 2 tailor-edge given the three addresses. kill -9 of the server leading the telemetry stream under
+    HTTPS traffic: every request is still served, the edges publish again (to the other servers), and every record
+    JetStream acknowledged to an edge is in a shard's store, once."""
+    from tailor.bus.cluster import Cluster
+
+    args = _args(tmp_path)
+    args.shards, args.edges, args.bus_nodes = 2, 2, 3
+    cluster = Cluster(args)
+    traffic = None
+    figures = {}
+    try:
+        cluster.start()
+
+        async def ready():
+            nc, js = await _bus(cluster)
+            try:
+                await _until("2 shards owning the 6 partitions",
+                             lambda: _complete(js), 60)
+                info = await js.stream_info(S.STREAM)
+                assert info.config.num_replicas == 3
+                return info.cluster.leader
+            finally:
+                await nc.close()
+
+        async def _complete(js):
+            o = await _owners(js)
+            return len(o) == PARTITIONS and len(set(o.values())) == 2
+
+        leader = asyncio.run(ready())
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # every edge has a bus table for every partition
+            try:
+                m = _edges_metrics(cluster)
+            except OSError:
+                time.sleep(0.5)
+                continue
+            if all(sum(k.startswith("tailor_table_partition_version") for k in v) == PARTITIONS for v in m.values()):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("edges without every partition's table")
+        traffic = Traffic([e["url"] for e in cluster.edges.values()])
+        traffic.start()
+        time.sleep(5)
+        sent0 = {n: v["tailor_edge_telemetry_records_sent_total"] for n, v in _edges_metrics(cluster).items()}
+        node = next(n for n in cluster.server.nodes if n.dir.name == leader)
+        node.proc.kill()
+        node.proc.wait()
+        killed = time.monotonic()
+        while time.monotonic() - killed < 60:  # every edge's publishes acknowledged again
+            now = _edges_metrics(cluster)
+            if all(now[n]["tailor_edge_telemetry_records_sent_total"] > sent0[n] + 50 for n in now):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"edges did not publish again after the leader's death: {sent0} -> {now}")
+        figures.update(leader=leader, publishing_again_s=round(time.monotonic() - killed, 1))
+        time.sleep(5)
+        traffic.stop.set()
+        traffic.join(timeout=30)
+        figures["requests_ok"], figures["requests_failed"] = traffic.counts()
+        assert figures["requests_failed"] == 0, traffic.errors[-5:]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the edges' buffers drain
+            if all(v["tailor_edge_telemetry_records_pending"] == 0 for v in _edges_metrics(cluster).values()):
+                break
+            time.sleep(0.5)
+        sent = sum(v["tailor_edge_telemetry_records_sent_total"] for v in _edges_metrics(cluster).values())
+
+        async def account():
+            nc, js = await _bus(cluster)
+            try:
+                await _until("every partition consumer acknowledged", lambda: T.all_acked(js, PARTITIONS), 90)
+                for attempt in range(5):  # the reading consumer's creation can time out while the cluster settles
+                    try:
+                        return await _stream_records(js), (await js.stream_info(S.STREAM)).cluster.leader
+                    except TimeoutError:
+                        if attempt == 4:
+                            raise
+                        await asyncio.sleep(2)
+            finally:
+                await nc.close()
+
+        acked, new_leader = asyncio.run(account())
+        assert new_leader not in (None, leader), new_leader
+        for name in ("shard-0", "shard-1"):  # graceful stop: final cycle, state, acknowledgements
+            p = cluster.process(name)
+            assert p.poll() is None, f"{name} exited"
+            p.terminate()
+            assert p.wait(timeout=60) == 0
+        stored = _store_records(cluster)
+        figures.update(new_leader=new_leader, records_sent=int(sent), records_in_stream=len(acked),
+                       records_stored=len(stored), lost=len(set(acked) - stored))
+        print("three-node bus fault figures:", json.dumps(figures))
+        assert len(acked) == len(set(acked)) == sent  # each acknowledged record once in the stream
+        assert not set(acked) - stored, sorted(set(acked) - stored)[:5]
     finally:
         if traffic is not None:
             traffic.stop.set()

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tailor.bus import setup as S
 from tailor.bus import testing as T
-from tailor.bus.natsd import NatsCluster, nats_server_binary
+from tailor.bus.natsd import NatsCluster, NatsServer, nats_server_binary
 
 pytestmark = pytest.mark.skipif(nats_server_binary() is None,
                                 reason="nats-server not installed (apt-get install nats-server)")
@@ -100,17 +100,27 @@ def test_a_three_node_bus_loses_no_acknowledged_telemetry_when_the_stream_leader
                 figures.update(leader=leader, batches=len(batches), first_ack_after_kill_s=round(waits[0], 2),
                                all_acked_after_kill_s=round(time.monotonic() - killed, 2))
                 await _until(f"{len(recs)} records folded", lambda: _archived(js, len(recs)), 90, shard)
+                figures["all_folded_after_kill_s"] = round(time.monotonic() - killed, 1)
                 new = (await js.stream_info(S.STREAM)).cluster.leader
-                assert new and new != leader, (leader, new)
+                assert new in {n.dir.name for n in cluster.nodes if n.proc.poll() is None}, (leader, new)
                 figures["new_leader"] = new
-                return len(recs)
+                return recs
             finally:
                 await nc.close()
                 await enc.close()
 
-        n = asyncio.run(scenario())
+        recs = asyncio.run(scenario())
         shard.send_signal(signal.SIGTERM)  # final cycle, state, acknowledgements
         assert shard.wait(timeout=60) == 0
+
+        async def folded() -> int:
+            nc = await _connect(cluster, "manager")
+            try:
+                return sum(a["records"] for a in (await T.archives(nc.jetstream())).values())
+            finally:
+                await nc.close()
+
+        assert asyncio.run(folded()) == len(recs)  # folded once, the final cycle included
         from tailor.manager.store import Store
 
         stored = []
@@ -120,14 +130,36 @@ def test_a_three_node_bus_loses_no_acknowledged_telemetry_when_the_stream_leader
                 stored += st.query("SELECT client_addr, time FROM telemetry")
             finally:
                 st.close()
-        figures["stored"] = len(stored)
+        log_text = (tmp_path / "shard.log").read_text()
+        figures.update(stored_rows=len(stored), stored_records=len(set(stored)),
+                       partitions_released=log_text.count('"event": "bus.released"') - P)  # less the stop's
         print("three-node bus, stream leader killed:", figures)
-        assert len(stored) == len(set(stored)) == n  # every acknowledged record once
+        # every acknowledged record is in the shard's store; a partition the shard released while the bus elected
+        # leaders and took back ingests its unacknowledged messages again there (raw rows; the learned state, which
+        # starts from the store's end, folds them once: docs/bus.md)
+        assert set(stored) == {(r["client_addr"], r["time"]) for r in recs}
     finally:
         if shard.poll() is None:
             shard.kill()
             shard.wait()
         cluster.stop()
+
+
+def test_more_replicas_than_servers_is_one_clear_error(tmp_path, capsys):
+    """--bus-replicas 3 against one nats-server: JetStream refuses replicated streams there; the shard says so in one
+    error naming the flag (until 2026-12-07, a traceback from the bucket's creation: found by review)."""
+    from tailor.cli import main
+
+    server = NatsServer(tmp_path / "nats").start()
+    try:
+        code = main(["manager", "--bus", server.url, "--shard-id", "a", "--bus-user", "manager",
+                     "--bus-password-file", str(server.info["users"]["manager"]), "--data", str(tmp_path / "a"),
+                     "--bus-replicas", "3"])
+    finally:
+        server.stop()
+    err = capsys.readouterr().err
+    assert code == 2 and "--bus-replicas 3 needs a JetStream cluster of at least 3 servers" in err, err[-2000:]
+    assert "Traceback" not in err
 
 
 async def _owns(js):

@@ -103,12 +103,14 @@ class Cluster:
     def start(self) -> None:
         a = self.args
         nodes = getattr(a, "bus_nodes", 1)
+        # self.server is set before it starts: stop() stops what a failed or interrupted start left running
         if nodes > 1:
-            self.server = NatsCluster(self.dir / "nats", nodes).start()
+            self.server = NatsCluster(self.dir / "nats", nodes)
             servers = self.server.nodes
         else:
-            self.server = NatsServer(self.dir / "nats").start()
+            self.server = NatsServer(self.dir / "nats")
             servers = [self.server]
+        self.server.start()
         users = self.server.info["users"]
         for n in servers:
             print(f"nats-server  pid {n.proc.pid}  {n.url}  config {n.info['conf']}", flush=True)

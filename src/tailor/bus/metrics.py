@@ -6,7 +6,8 @@ only in its heartbeat document (``tailor cluster`` prints it): no scraper could 
 messages a change of the partition count lost, nor the learning metrics of the partitions it runs. Now:
 
 * ``tailor_shard_<counter>_total`` for every counter of the heartbeat (:class:`tailor.bus.shard.Counters`, summed
-  over the shard's partitions, those it released included, and the stream counters of its start), and
+  over the partitions the shard runs, is releasing and has released, so that they never fall, with the stream
+  counters of its start), and
   ``tailor_shard_heartbeats_ignored_total``;
 * ``tailor_shard_partitions`` (the partitions it runs), ``tailor_shard_table_version{partition}``,
   ``tailor_shard_heartbeat_age_seconds`` (since the bus last took its heartbeat: past the TTL the others take its

@@ -176,27 +176,36 @@ class NatsCluster:
         self.url = ",".join(n.url for n in self.nodes)
 
     def start(self, timeout_s: float = 30.0) -> NatsCluster:
-        for n in self.nodes:
-            n.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._jetstream_ready():
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TailorError(f"the JetStream cluster in {self.dir} elected no leader within {timeout_s:g} s")
-            time.sleep(0.25)
+        """Start every node; once each node answers a JetStream request (it joined the cluster, which has a meta
+        leader), return. On any failure (or an interruption) every node started so far is stopped. Not from inside
+        a running event loop (the readiness check runs its own)."""
+        try:
+            for n in self.nodes:
+                n.start()
+            deadline = time.monotonic() + timeout_s
+            while not self._jetstream_ready():
+                for n in self.nodes:
+                    if n.proc is None or n.proc.poll() is not None:
+                        raise TailorError(f"nats-server {n.dir.name} exited: see {n.dir / 'nats-server.log'}")
+                if time.monotonic() > deadline:
+                    raise TailorError(f"the JetStream cluster in {self.dir} was not ready within {timeout_s:g} s "
+                                      f"(a node that did not join, or no meta leader)")
+                time.sleep(0.25)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _jetstream_ready(self) -> bool:
-        """A $JS.API.INFO request answered by the cluster (as the manager user, when there are users)."""
+        """Every node, asked on its own, answers $JS.API.INFO (as the manager user, when there are users)."""
         import asyncio
 
         import nats
 
-        async def ask() -> bool:
+        async def ask(url: str) -> bool:
             user = "manager" if self.info["users"] else None
-            nc = await nats.connect(servers=self.url.split(","), user=user,
-                                    password=self.password("manager") if user else None, connect_timeout=2,
-                                    max_reconnect_attempts=0)
+            nc = await nats.connect(servers=[url], user=user, password=self.password("manager") if user else None,
+                                    connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False)
             try:
                 await nc.jetstream().account_info()
                 return True
@@ -205,8 +214,17 @@ class NatsCluster:
             finally:
                 await nc.close()
 
+        async def every() -> bool:
+            return all([await ask(n.url) for n in self.nodes])
+
         try:
-            return asyncio.run(ask())
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise TailorError("NatsCluster.start cannot run inside an event loop (use asyncio.to_thread)")
+        try:
+            return asyncio.run(every())
         except Exception:  # noqa: BLE001 (not listening yet)
             return False
 

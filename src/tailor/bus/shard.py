@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nats
-from nats.js.errors import KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 
 from tailor.bus import setup as S
 from tailor.bus.partition import owner, partition
@@ -646,6 +646,22 @@ class Shard:
             raise BusError(f"tailor manager: cannot connect to the bus {','.join(cfg.servers)}"
                            f"{' as ' + cfg.user if cfg.user else ''}: {type(err).__name__}: {err}") from None
         self.js = self.nc.jetstream()
+        try:
+            await self._set_up()
+        except APIError as err:  # e.g. more replicas than servers: one clear error, not a traceback
+            try:
+                await self.nc.close()
+            except Exception:  # noqa: BLE001
+                pass
+            raise BusError(f"tailor manager: the bus {','.join(cfg.servers)} refused to set up the stream and "
+                           f"buckets ({type(err).__name__}: {err}); --bus-replicas {cfg.replicas} needs a JetStream "
+                           f"cluster of at least {cfg.replicas} servers, all running") from None
+        log("bus.connected", shard=cfg.shard_id, servers=cfg.servers, partitions=self.partitions,
+            cluster_created=self._created)
+
+    async def _set_up(self) -> None:
+        """The buckets, the cluster document, the stream and the partitions' consumers (created when missing)."""
+        cfg = self.cfg
         buckets = await S.ensure_buckets(self.js, cfg.replicas)
         self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
                                                             buckets["state"])
@@ -654,13 +670,11 @@ class Shard:
         async def stream_first(partitions: int) -> None:  # before edges can read P (and publish): the stream takes it
             await S.ensure_stream(self.js, partitions=partitions, widen_only=True, replicas=cfg.replicas)
 
-        doc, created = await S.cluster_doc(self.tables, cfg.partitions, before_create=stream_first)
+        doc, self._created = await S.cluster_doc(self.tables, cfg.partitions, before_create=stream_first)
         self.partitions, self.salt = doc["partitions"], doc["salt"]
         # the stream's subjects are the partitions'; what it held on others is removed and counted
         await S.ensure_stream(self.js, partitions=self.partitions, on_removed=self._count_removed, replicas=cfg.replicas)
         await S.ensure_consumers(self.js, self.partitions, cfg.ack_wait_s)
-        log("bus.connected", shard=cfg.shard_id, servers=cfg.servers, partitions=self.partitions,
-            cluster_created=created)
 
     def _count_removed(self, removed: S.Strays) -> None:
         self.stream_removed["messages_lost_repartition"] += removed.lost

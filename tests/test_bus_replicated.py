@@ -134,10 +134,11 @@ def test_a_three_node_bus_loses_no_acknowledged_telemetry_when_the_stream_leader
         figures.update(stored_rows=len(stored), stored_records=len(set(stored)),
                        partitions_released=log_text.count('"event": "bus.released"') - P)  # less the stop's
         print("three-node bus, stream leader killed:", figures)
-        # every acknowledged record is in the shard's store; a partition the shard released while the bus elected
-        # leaders and took back ingests its unacknowledged messages again there (raw rows; the learned state, which
-        # starts from the store's end, folds them once: docs/bus.md)
+        # every acknowledged record is in the shard's store (once: a partition released while the bus elected leaders
+        # and taken back would ingest its unacknowledged messages there again, as raw rows the learned state folds
+        # once; with the replicated bus's 15 s heartbeat TTL the shard keeps its partitions through the election)
         assert set(stored) == {(r["client_addr"], r["time"]) for r in recs}
+        assert figures["partitions_released"] == 0 and len(stored) == len(recs), figures
     finally:
         if shard.poll() is None:
             shard.kill()
@@ -160,6 +161,33 @@ def test_more_replicas_than_servers_is_one_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "--bus-replicas 3 needs a JetStream cluster of at least 3 servers" in err, err[-2000:]
     assert "Traceback" not in err
+
+
+def test_a_replicated_bus_gets_the_longer_heartbeat_ttl(tmp_path):
+    """The heartbeat bucket's TTL is what the shards release their partitions by (TTL - 2 heartbeats without a
+    heartbeat taken): 6 s on one server, 15 s with replicas, longer than a leader election (4-8 s measured), so that
+    an election does not make every shard drop its partitions (it did with 6 s: folding stalled 12-21 s)."""
+    import nats
+
+    async def ttl(url: str, password: str, replicas: int) -> float:
+        nc = await nats.connect(servers=url.split(","), user="manager", password=password)
+        try:
+            await S.ensure_buckets(nc.jetstream(), replicas=replicas)
+            return (await nc.jetstream().stream_info(f"KV_{S.SHARDS}")).config.max_age
+        finally:
+            await nc.close()
+
+    single = NatsServer(tmp_path / "one").start()
+    try:
+        one = asyncio.run(ttl(single.url, single.password("manager"), 1))
+    finally:
+        single.stop()
+    cluster = NatsCluster(tmp_path / "three", nodes=3).start()
+    try:
+        three = asyncio.run(ttl(cluster.url, cluster.password("manager"), 3))
+    finally:
+        cluster.stop()
+    assert (one, three) == (S.HEARTBEAT_TTL_S, S.REPLICATED_HEARTBEAT_TTL_S) == (6.0, 15.0)
 
 
 async def _owns(js):

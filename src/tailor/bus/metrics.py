@@ -50,6 +50,9 @@ COUNTER_HELP = {
     "trims_failed": "trims of acknowledged history that failed",
     "trims_deferred": "trims due but not run: the consumer had messages delivered and not acknowledged",
     "trim_races": "pulls that raced a trim's purge (the consumer recreated, its messages delivered again)",
+    "fetch_unavailable": "pulls the stream did not answer (no leader for a moment, e.g. during an election): retried",
+    "commits_deferred": "cycles whose state write the bus did not answer: the folded messages stay pending (not "
+                        "acknowledged) and the next cycle writes the state again",
     "messages_lost_repartition": "unacknowledged messages of removed partitions purged at this shard's start "
                                  "(the cluster document recreated with fewer partitions): never folded",
     "stray_messages_removed": "messages on subjects no partition reads, purged at this shard's start",
@@ -139,13 +142,11 @@ def metrics_app(shard, registry: CollectorRegistry):
 def health(shard) -> dict:
     """``/healthz``: ok, or degraded (with the problems) when the bus has not taken the shard's heartbeat for over
     half its TTL or a partition's last cycle failed."""
-    from tailor.bus import setup as S
-
     _, workers = shard.totals()
     age = max(time.monotonic() - shard.beat_ok, 0.0)
     problems = []
-    if age > S.HEARTBEAT_TTL_S / 2:
-        problems.append(f"the bus has not taken this shard's heartbeat for {age:.1f} s (TTL {S.HEARTBEAT_TTL_S:g} s)")
+    if age > shard.ttl_s / 2:
+        problems.append(f"the bus has not taken this shard's heartbeat for {age:.1f} s (TTL {shard.ttl_s:g} s)")
     failing = sorted(p for p, w in workers if w.mgr is not None and w.mgr.health.cycle_error)
     if failing:
         problems.append(f"update cycles failing in partitions {failing}")

@@ -64,6 +64,16 @@ HISTORY_S = 7 * 86400.0  # acknowledged messages older than this are trimmed (th
 TRIM_AT = 0.75  # ... and all acknowledged ones once the stream holds this share of its max_bytes (or max_msgs)
 DUPLICATE_WINDOW_S = 120.0
 HEARTBEAT_S, HEARTBEAT_TTL_S = 1.0, 6.0
+# the heartbeat TTL of a replicated bus: longer than its leader elections (4-8 s measured, docs/bus.md "Replicas"), so
+# that a shard keeps its partitions while the heartbeat bucket elects a leader; a dead shard's partitions then move
+# after this long
+REPLICATED_HEARTBEAT_TTL_S = 15.0
+
+
+def heartbeat_ttl(replicas: int) -> float:
+    """The heartbeat bucket's TTL a shard creates it with."""
+    return HEARTBEAT_TTL_S if replicas <= 1 else REPLICATED_HEARTBEAT_TTL_S
+
 ACK_WAIT_S = 30.0
 MAX_ACK_PENDING = 10_000
 MAX_STRAY_ROUNDS = 4  # stream-info listings (each up to the server's 100,000 subjects) when removing strays
@@ -457,7 +467,7 @@ async def ensure_buckets(js, replicas: int = 1) -> dict:
     return {"tables": await _kv(js, TABLES, r, history=TABLES_HISTORY),
             "leases": await _kv(js, LEASES, r, history=1),
             "archive": await _kv(js, ARCHIVE, r, history=ARCHIVE_HISTORY),
-            "shards": await _kv(js, SHARDS, r, history=1, ttl=HEARTBEAT_TTL_S),
+            "shards": await _kv(js, SHARDS, r, history=1, ttl=heartbeat_ttl(r)),
             "state": await _object_store(js, STATE, r)}
 
 

@@ -37,7 +37,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nats
-from nats.js.errors import APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import (APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NoStreamResponseError,
+                             NotFoundError, ServiceUnavailableError)
 
 from tailor.bus import setup as S
 from tailor.bus.partition import owner, partition
@@ -58,6 +59,8 @@ SHARD_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 CONNECT_ATTEMPTS = 3  # per server, 1 s apart, at the start
 CRASH_ENV = "TAILOR_BUS_CRASH_BEFORE_ACK"  # tests only: "1" exits (137) after the first state write that folds messages
 MAX_REPLICAS = 5  # JetStream's largest replica count
+# a request the bus did not answer for a moment (no stream leader, no responders, a timeout): retried, not fatal
+BUS_TRANSIENT = (TimeoutError, NoStreamResponseError, nats.errors.NoRespondersError, ServiceUnavailableError)
 MAX_LEASE_BYTES = 4096  # a lease value larger than this is not read (its state reference is ignored)
 
 
@@ -107,6 +110,8 @@ class Counters:
     trims_failed: int = 0
     trims_deferred: int = 0  # trims due but not run: the consumer had messages delivered and not acknowledged
     trim_races: int = 0  # a pull raced a trim's purge: the consumer was recreated (its messages delivered again)
+    fetch_unavailable: int = 0  # pulls the stream did not answer (no leader for a moment): retried
+    commits_deferred: int = 0  # state writes the bus did not answer: folded messages kept pending for the next cycle
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -370,6 +375,13 @@ class PartitionWorker:
                         msgs = await self.sub.fetch(batch=min(FETCH_BATCH, room), timeout=FETCH_TIMEOUT_S)
                     except (nats.errors.TimeoutError, TimeoutError):
                         msgs = []
+                    except BUS_TRANSIENT:
+                        # the stream has no leader for a moment (a replicated bus electing one after a server's
+                        # loss): a pull to retry, not a failed worker. Until 2026-12-07 the worker failed, was
+                        # released and taken back, and re-ingested its unacknowledged messages (found by review)
+                        self.counters.fetch_unavailable += 1
+                        msgs = []
+                        await asyncio.sleep(FETCH_TIMEOUT_S)
                     for msg in msgs:
                         await self._handle(msg)
                 else:
@@ -378,7 +390,16 @@ class PartitionWorker:
                     await self._keep_pending()
                 if time.monotonic() >= next_cycle:
                     next_cycle = time.monotonic() + freq
-                    await self._commit()
+                    try:
+                        await self._commit()
+                    except BUS_TRANSIENT as err:
+                        # the bus did not answer for a moment (a replicated bus electing leaders): what was folded
+                        # stays pending and the next cycle writes the state again; an ambiguous lease write shows
+                        # there as a changed revision (Fenced). Until 2026-12-07 the worker failed, was released and
+                        # taken back, re-ingesting its unacknowledged messages (found by review)
+                        self.counters.commits_deferred += 1
+                        log("bus.commit_deferred", logging.WARNING, partition=self.p, pending=len(self.pending),
+                            error=f"{type(err).__name__}: {str(err)[:200]}")
         except asyncio.CancelledError:
             raise
         except Fenced:
@@ -619,6 +640,7 @@ class Shard:
         # guards workers / releasing / retired against the metrics endpoint's thread reading them half-moved
         self.counts_lock = threading.Lock()
         self.beat_ok = time.monotonic()  # last heartbeat the bus took
+        self.ttl_s = S.HEARTBEAT_TTL_S  # the heartbeat bucket's TTL (read at connect)
         # messages this shard removed from the stream at its start (setup.remove_strays): unacknowledged ones of
         # partitions >= P (the cluster document recreated with fewer partitions: never folded), and those on subjects
         # that are no partition's
@@ -666,6 +688,10 @@ class Shard:
         self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
                                                             buckets["state"])
         self.leases = buckets["leases"]
+        # the heartbeat TTL is the bucket's (the first shard created it: 6 s, or 15 s on a replicated bus), so every
+        # shard releases its partitions, when the bus takes no heartbeat, before the others may take them
+        ttl = (await self.js.stream_info(f"KV_{S.SHARDS}")).config.max_age
+        self.ttl_s = float(ttl) if ttl else S.HEARTBEAT_TTL_S
 
         async def stream_first(partitions: int) -> None:  # before edges can read P (and publish): the stream takes it
             await S.ensure_stream(self.js, partitions=partitions, widen_only=True, replicas=cfg.replicas)
@@ -734,7 +760,7 @@ class Shard:
         return out
 
     async def rebalance(self) -> None:
-        if time.monotonic() - self.beat_ok > S.HEARTBEAT_TTL_S - 2 * self.cfg.heartbeat_s and self.workers:
+        if time.monotonic() - self.beat_ok > self.ttl_s - 2 * self.cfg.heartbeat_s and self.workers:
             # our heartbeat is about to expire (bus away): the others will take our partitions; stop first
             log("bus.ownership", logging.WARNING, shard=self.cfg.shard_id, lost=sorted(self.workers),
                 reason="heartbeat not taken by the bus")

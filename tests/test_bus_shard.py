@@ -344,6 +344,52 @@ def test_a_shards_counters_never_go_down_while_a_partition_is_released(bus):
     assert sh.claims == {1}
 
 
+def test_a_worker_defers_commits_the_bus_does_not_answer_for_a_bounded_time(bus, monkeypatch):
+    """A commit the bus does not answer (a timeout, no stream leader) is deferred, not fatal: counted, the worker
+    goes on and the next cycle commits again; a success ends the run of deferrals. Past DEFER_LIMIT_S of deferrals
+    (a state store without quorum) the worker fails, at ERROR, as it always did."""
+    import dataclasses
+
+    import nats
+
+    from tailor.bus import shard as SH
+
+    sh = SH.Shard(_shard_cfg(bus, "d"))
+    sh.cfg = dataclasses.replace(sh.cfg, base=dataclasses.replace(sh.cfg.base, update_freq_s=0.02))
+    w = SH.PartitionWorker(sh, 0)
+    calls = []
+
+    class Quiet:  # a consumer with nothing to deliver
+        async def fetch(self, batch, timeout):
+            await asyncio.sleep(0.005)
+            raise nats.errors.TimeoutError
+
+    answers = {3, 4}  # the calls the bus answers (the first phase: one success between two runs of deferrals)
+
+    async def commit(final=False):
+        calls.append(time.monotonic())
+        if len(calls) in answers:
+            if len(calls) == 4:
+                w._stop.set()
+            return
+        raise nats.js.errors.NoStreamResponseError
+
+    w.sub, w._commit = Quiet(), commit
+    monkeypatch.setattr(SH, "DEFER_LIMIT_S", 10.0)
+    asyncio.run(asyncio.wait_for(w._run(), 10))
+    assert len(calls) == 4 and w.counters.commits_deferred == 2 and w.deferred_since is None
+
+    calls.clear()
+    answers.clear()  # the second phase: the bus never answers
+    w._stop.clear()
+    monkeypatch.setattr(SH, "DEFER_LIMIT_S", 0.2)
+    with _Events() as events:
+        asyncio.run(asyncio.wait_for(w._run(), 10))  # returns: the worker failed
+    assert calls[-1] - calls[0] >= 0.2 and w.counters.commits_deferred > 2
+    failed = events.named("bus.worker_failed")
+    assert [lvl for lvl, _ in failed] == [logging.ERROR] and "NoStreamResponseError" in failed[0][1]["error"], failed
+
+
 def test_crash_between_state_and_ack_redelivery_is_not_ingested_twice(bus):
     P, N = 2, 300
     proc = bus.shard("a", P, ack_wait=1.0, env={"TAILOR_BUS_CRASH_BEFORE_ACK": "1"})

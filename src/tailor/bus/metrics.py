@@ -51,8 +51,9 @@ COUNTER_HELP = {
     "trims_deferred": "trims due but not run: the consumer had messages delivered and not acknowledged",
     "trim_races": "pulls that raced a trim's purge (the consumer recreated, its messages delivered again)",
     "fetch_unavailable": "pulls the stream did not answer (no leader for a moment, e.g. during an election): retried",
-    "commits_deferred": "cycles whose state write the bus did not answer: the folded messages stay pending (not "
-                        "acknowledged) and the next cycle writes the state again",
+    "commits_deferred": "cycles whose commit the bus did not answer (if in the state write: the folded messages stay "
+                        "pending, not acknowledged, and the next cycle writes the state again; past 60 s the worker "
+                        "fails)",
     "messages_lost_repartition": "unacknowledged messages of removed partitions purged at this shard's start "
                                  "(the cluster document recreated with fewer partitions): never folded",
     "stray_messages_removed": "messages on subjects no partition reads, purged at this shard's start",

@@ -61,6 +61,7 @@ CRASH_ENV = "TAILOR_BUS_CRASH_BEFORE_ACK"  # tests only: "1" exits (137) after t
 MAX_REPLICAS = 5  # JetStream's largest replica count
 # a request the bus did not answer for a moment (no stream leader, no responders, a timeout): retried, not fatal
 BUS_TRANSIENT = (TimeoutError, NoStreamResponseError, nats.errors.NoRespondersError, ServiceUnavailableError)
+DEFER_LIMIT_S = 60.0  # commits the bus does not answer for longer than this fail the worker (ERROR, released, retaken)
 MAX_LEASE_BYTES = 4096  # a lease value larger than this is not read (its state reference is ignored)
 
 
@@ -177,6 +178,7 @@ class PartitionWorker:
         self.state_name: str | None = None  # the state object the lease names (the durable state)
         self.fenced = False
         self.deferring = False  # the last due trim was deferred (logged once per episode)
+        self.deferred_since: float | None = None  # the first commit of the current run of commits the bus did not answer
         self.writes = 0  # state objects written by this worker (part of their names: none is ever overwritten)
         self._stop = asyncio.Event()
         self.task: asyncio.Task | None = None
@@ -375,7 +377,7 @@ class PartitionWorker:
                         msgs = await self.sub.fetch(batch=min(FETCH_BATCH, room), timeout=FETCH_TIMEOUT_S)
                     except (nats.errors.TimeoutError, TimeoutError):
                         msgs = []
-                    except BUS_TRANSIENT:
+                    except (NoStreamResponseError, nats.errors.NoRespondersError, ServiceUnavailableError):
                         # the stream has no leader for a moment (a replicated bus electing one after a server's
                         # loss): a pull to retry, not a failed worker. Until 2026-12-07 the worker failed, was
                         # released and taken back, and re-ingested its unacknowledged messages (found by review)
@@ -396,10 +398,17 @@ class PartitionWorker:
                         # the bus did not answer for a moment (a replicated bus electing leaders): what was folded
                         # stays pending and the next cycle writes the state again; an ambiguous lease write shows
                         # there as a changed revision (Fenced). Until 2026-12-07 the worker failed, was released and
-                        # taken back, re-ingesting its unacknowledged messages (found by review)
+                        # taken back, re-ingesting its unacknowledged messages (found by review). For at most
+                        # DEFER_LIMIT_S: past it (a state store without quorum), the worker fails as it did, at ERROR
+                        now = time.monotonic()
+                        self.deferred_since = self.deferred_since if self.deferred_since is not None else now
+                        if now - self.deferred_since > DEFER_LIMIT_S:
+                            raise
                         self.counters.commits_deferred += 1
                         log("bus.commit_deferred", logging.WARNING, partition=self.p, pending=len(self.pending),
                             error=f"{type(err).__name__}: {str(err)[:200]}")
+                    else:
+                        self.deferred_since = None
         except asyncio.CancelledError:
             raise
         except Fenced:
@@ -692,6 +701,11 @@ class Shard:
         # shard releases its partitions, when the bus takes no heartbeat, before the others may take them
         ttl = (await self.js.stream_info(f"KV_{S.SHARDS}")).config.max_age
         self.ttl_s = float(ttl) if ttl else S.HEARTBEAT_TTL_S
+        if cfg.replicas > 1 and self.ttl_s < S.REPLICATED_HEARTBEAT_TTL_S:
+            log("bus.heartbeat_ttl_short", logging.WARNING, ttl_s=self.ttl_s, replicas=cfg.replicas,
+                note=f"the heartbeat bucket {S.SHARDS} (created earlier) has a TTL shorter than a replicated bus's "
+                     f"leader elections: an election can make every shard release its partitions; raise its max_age to "
+                     f"{S.REPLICATED_HEARTBEAT_TTL_S:g} s with nats stream edit (every shard reads it at its start)")
 
         async def stream_first(partitions: int) -> None:  # before edges can read P (and publish): the stream takes it
             await S.ensure_stream(self.js, partitions=partitions, widen_only=True, replicas=cfg.replicas)

@@ -140,6 +140,35 @@ def _edges_metrics(cluster) -> dict[str, dict]:
     return {n: metrics(e["metrics"]) for n, e in cluster.edges.items()}
 
 
+def _sent_once_drained(cluster) -> float:
+    """The records the edges had acknowledged by JetStream, once their buffers drained (up to 60 s)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if all(v["tailor_edge_telemetry_records_pending"] == 0 for v in _edges_metrics(cluster).values()):
+            break
+        time.sleep(0.5)
+    return sum(v["tailor_edge_telemetry_records_sent_total"] for v in _edges_metrics(cluster).values())
+
+
+def _acknowledged(cluster) -> list[tuple]:
+    """Every record in the stream (what JetStream acknowledged), once every partition consumer acknowledged all."""
+    async def account():
+        nc, js = await _bus(cluster)
+        try:
+            await _until("every partition consumer acknowledged", lambda: T.all_acked(js, PARTITIONS), 90)
+            for attempt in range(5):  # the reading consumer's creation can time out while a cluster settles
+                try:
+                    return await _stream_records(js)
+                except TimeoutError:
+                    if attempt == 4:
+                        raise
+                    await asyncio.sleep(2)
+        finally:
+            await nc.close()
+
+    return asyncio.run(account())
+
+
 def _store_records(cluster) -> set[tuple]:
     from tailor.manager.store import Store
 
@@ -266,22 +295,8 @@ def test_kill_shard_stop_bus_restart_edge(tmp_path):
         figures["requests_ok"], figures["requests_failed"] = traffic.counts()
 
         # 3. no acknowledged record lost
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the edges' buffers drain
-            if all(v["tailor_edge_telemetry_records_pending"] == 0 for v in _edges_metrics(cluster).values()):
-                break
-            time.sleep(0.5)
-        sent = sum(v["tailor_edge_telemetry_records_sent_total"] for v in _edges_metrics(cluster).values())
-
-        async def account():
-            nc, js = await _bus(cluster)
-            try:
-                await _until("every partition consumer acknowledged", lambda: T.all_acked(js, PARTITIONS), 90)
-                return await _stream_records(js)
-            finally:
-                await nc.close()
-
-        acked = asyncio.run(account())
+        sent = _sent_once_drained(cluster)
+        acked = _acknowledged(cluster)
         # the live shards' metrics endpoints (tailor cluster gives each one --metrics-listen): every partition run
         live = {n: metrics(u) for n, u in cluster.shard_metrics.items() if cluster.process(n).poll() is None}
         figures["shard_partitions"] = {n: v["tailor_shard_partitions"] for n, v in live.items()}
@@ -398,28 +413,17 @@ def test_edges_and_shards_ride_out_the_stream_leaders_death_on_a_three_node_bus(
         traffic.join(timeout=30)
         figures["requests_ok"], figures["requests_failed"] = traffic.counts()
         assert figures["requests_failed"] == 0, traffic.errors[-5:]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the edges' buffers drain
-            if all(v["tailor_edge_telemetry_records_pending"] == 0 for v in _edges_metrics(cluster).values()):
-                break
-            time.sleep(0.5)
-        sent = sum(v["tailor_edge_telemetry_records_sent_total"] for v in _edges_metrics(cluster).values())
+        sent = _sent_once_drained(cluster)
+        acked = _acknowledged(cluster)
 
-        async def account():
+        async def stream_leader():
             nc, js = await _bus(cluster)
             try:
-                await _until("every partition consumer acknowledged", lambda: T.all_acked(js, PARTITIONS), 90)
-                for attempt in range(5):  # the reading consumer's creation can time out while the cluster settles
-                    try:
-                        return await _stream_records(js), (await js.stream_info(S.STREAM)).cluster.leader
-                    except TimeoutError:
-                        if attempt == 4:
-                            raise
-                        await asyncio.sleep(2)
+                return (await js.stream_info(S.STREAM)).cluster.leader
             finally:
                 await nc.close()
 
-        acked, new_leader = asyncio.run(account())
+        new_leader = asyncio.run(stream_leader())
         assert new_leader in {n.dir.name for n in cluster.server.nodes if n.proc.poll() is None}, new_leader
         for name in ("shard-0", "shard-1"):  # graceful stop: final cycle, state, acknowledgements
             p = cluster.process(name)

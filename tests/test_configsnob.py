@@ -318,6 +318,34 @@ def test_search_space_limit_priced_against_the_current_state():
         make_policy("config-snob", limit_ref="best")
 
 
+def test_the_forests_limit_vouches_only_for_knob_values_its_sample_covers():
+    """``limit_scope=seen``: a forest fitted on windows of 10-64 with cubic and reno prices an initial window of 4 and
+    BBR by extrapolation; the covered set keeps every configuration whose values lie inside the sample's (16 between 10
+    and 64, every RTO and HTTP version seen) and drops those with a window of 4 or BBR."""
+    space = ConfigSpace.named("core")
+    est = CausalEstimator(space)
+    label = [space.label(c) for c in range(len(space))]
+    seen = [c for c, name in enumerate(label) if ("iw10 " in name or "iw64 " in name) and not name.startswith("bbr")]
+    covered = est.encode.covered(seen)
+    for c, name in enumerate(label):
+        inside = not name.startswith("bbr") and "iw4 " not in name
+        assert covered[c] == inside, name
+    assert est.encode.covered([space.default_index]).sum() == 1  # the default alone covers only itself
+    rng = np.random.default_rng(0)  # a fitted forest keeps what its matched sample covers
+    n = 600
+    configs = rng.choice(seen, n)
+    X = rng.normal(size=(n, 4))
+    y = 0.1 * est.encode(configs)[:, 0] + rng.normal(0, 0.05, n)
+    assert est.fit(X, configs, y) and est.covered is not None
+    assert not est.covered[[c for c, name in enumerate(label) if "iw4 " in name]].any()
+    assert est.covered[space.default_index]
+    old = pickle.loads(pickle.dumps(est))
+    del old.covered
+    assert pickle.loads(pickle.dumps(old)).covered is None  # an estimator pickled before: every configuration
+    with pytest.raises(ParameterError):
+        make_policy("config-snob", limit_scope="some")
+
+
 def test_search_space_limit_by_quantile_drops_what_slows_a_share_of_the_group():
     """One knob column is 5% faster for 85% of a group's rows and 20% slower for the rest: on average (-1.25%)
     the configurations that set it stay in the space, at the 0.9-quantile they are dropped; configurations that

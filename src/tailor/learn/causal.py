@@ -56,9 +56,12 @@ class TreatmentEncoder:
     def __init__(self, space: ConfigSpace, numeric: str = "linear"):
         check(numeric in NUMERIC, "TreatmentEncoder", "numeric", "'linear' or 'hinge'", numeric)
         cols = []
+        self._knobs: list[tuple[bool, np.ndarray]] = []  # per knob: (numeric, every configuration's value)
         for name, values in space.grid.items():
             knob = space.registry[name]
             col = [c[name] for c in space.configs]
+            numeric_knob = knob.type not in ("categorical", "boolean")
+            self._knobs.append((numeric_knob, np.array(col, dtype=float if numeric_knob else object)))
             if knob.type in ("categorical", "boolean"):
                 cols.extend(np.array([v == level for v in col], dtype=float) for level in values if level != knob.default)
                 continue
@@ -73,6 +76,25 @@ class TreatmentEncoder:
 
     def __call__(self, configs) -> np.ndarray:
         return self.matrix[np.asarray(configs, dtype=int)]
+
+    def __setstate__(self, state: dict) -> None:
+        # an encoder pickled before ``covered``: no knob values kept, so it reads every configuration as covered
+        self.__dict__.update({"_knobs": [], **state})
+
+    def covered(self, configs) -> np.ndarray:
+        """Which configurations of the space the treatments ``configs`` cover, knob by knob: a numeric knob's value
+        within the range the sample's values span, a categorical knob's level among the sample's levels. The
+        forest's price of a configuration outside is an extrapolation of slopes fitted elsewhere (an initial window
+        of 4 priced from 10-64 alone), not an evaluation."""
+        rows = np.unique(np.asarray(configs, dtype=int))
+        out = np.ones(len(self.matrix), dtype=bool)
+        for numeric, values in self._knobs:
+            seen = values[rows]
+            if numeric:
+                out &= (values >= seen.min()) & (values <= seen.max()) if len(rows) else False
+            else:
+                out &= np.isin(values, seen)
+        return out
 
 
 def select_covariates(X: np.ndarray, T: np.ndarray, y: np.ndarray, names=CANDIDATES, rho: float = 0.05) -> list[int]:
@@ -142,6 +164,11 @@ class CausalEstimator:
         self.model = None
         self.columns: list[int] = []
         self.diagnostics: dict = {}
+        self.covered: np.ndarray | None = None  # configurations whose knob values the fitted forest's sample covers
+
+    def __setstate__(self, state: dict) -> None:
+        # an estimator pickled before ``covered``: unknown, read as every configuration
+        self.__dict__.update({"covered": None, **state})
 
     def fit(self, X: np.ndarray, configs: np.ndarray, y: np.ndarray) -> bool:
         """Steps 2-5 on the most recent ``max_samples`` rows; returns whether a forest was fitted."""
@@ -157,6 +184,7 @@ class CausalEstimator:
             return False
         self.model = self._forest().fit(y[idx], T[idx], X=X[idx][:, cols])
         self.columns = cols
+        self.covered = self.encode.covered(configs[idx])
         return True
 
     @staticmethod

@@ -87,6 +87,12 @@ class ConfigSnobPolicy(Policy):
         # 'current' since 2026-12-07 by the trial's rule (held-out broadband-us 165-171, default 133-135): degraded
         # -0.32 points [-0.60, -0.03], mean improvement -3.10 [-3.60, -2.61] (docs/configsnob.md)
         "limit_ref": ("current", lambda v: v in ("default", "current"), "'default' or 'current'"),
+        # which configurations the forest's limit can vouch for (C3: "a subset that has been evaluated to have a
+        # positive impact"): 'all' = every configuration the forest prices (ours until 2026-12-07); 'seen' = only
+        # those whose every knob value the forest's sample covers (a numeric value within the range it spans, a
+        # level it holds): an initial window of 4 priced from windows of 10-64 alone is an extrapolation of one
+        # slope, not an evaluation
+        "limit_scope": ("all", lambda v: v in ("all", "seen"), "'all' or 'seen'"),
         # ours: a numeric knob's treatment in the forest, one slope through the default ('linear') or one per side of
         # it ('hinge', learn/causal.py TreatmentEncoder)
         "numeric": ("linear", lambda v: v in ("linear", "hinge"), "'linear' or 'hinge'"),
@@ -143,7 +149,8 @@ class ConfigSnobPolicy(Policy):
         # limit, one slope per numeric knob, one pooled forest)
         self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {},
                               "best_from": "reward", "group_scope": "all", "_site_km": {}, "levels": "subnet",
-                              "_levels": FEATURES, "initial": "paper", "design": "own", "limit_ref": "default", **state})
+                              "_levels": FEATURES, "initial": "paper", "design": "own", "limit_ref": "default", "limit_scope": "all",
+                              **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -419,6 +426,8 @@ class ConfigSnobPolicy(Policy):
             served = self._merge(self._served(gid))
             ref = max(served, key=served.__getitem__)
         allowed = self._ci.effects(theta, self.limit_q, ref) <= bound
+        if self.limit_scope == "seen" and self._ci.covered is not None:
+            allowed &= self._ci.covered
         allowed[self.space.default_index] = True
         if ref is not None:
             allowed[ref] = True

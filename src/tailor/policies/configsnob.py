@@ -16,6 +16,7 @@ arms: steady state Best 0.5 / BO model 2 0.4 / BO model 3 0.1 (§3.2.2); cold st
 from __future__ import annotations
 
 import math
+import zlib
 from collections import defaultdict
 
 import numpy as np
@@ -140,6 +141,11 @@ class ConfigSnobPolicy(Policy):
         # trial after broadband-us 151-157, default 127-129): mean improvement +0.38 points [+0.01, +0.74], degraded
         # +0.06 [-0.13, +0.26] against 'own' (docs/configsnob.md)
         "design": ("batch", lambda v: v in ("own", "ancestor", "near", "batch"), "'own', 'ancestor', 'near' or 'batch'"),
+        # ours: the order of the space-filling design a model with fewer than two configurations measured proposes
+        # from: 'shared' = one order for every model (the earlier reading), so the first cycles hand the same design
+        # points to every overlap node and group at once; 'model' = each model its own Latin-hypercube order (seeded by
+        # the model's key), as each BO model starts from its own initial design
+        "design_order": ("shared", lambda v: v in ("shared", "model"), "'shared' or 'model'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),
     }
@@ -150,7 +156,7 @@ class ConfigSnobPolicy(Policy):
         self.__dict__.update({"limit_q": 0.0, "numeric": "linear", "forest": "pooled", "_site_ci": {},
                               "best_from": "reward", "group_scope": "all", "_site_km": {}, "levels": "subnet",
                               "_levels": FEATURES, "initial": "paper", "design": "own", "limit_ref": "default", "limit_scope": "all",
-                              **state})
+                              "design_order": "shared", **state})
 
     def _init_state(self) -> None:
         self._site_class: dict[str, str] = {}
@@ -516,10 +522,24 @@ class ArmModels:
         self._lhs = space.lhs(len(space), rng)  # exploration order when a model has < 2 points
         values = np.array([[str(c[k]) for k in space.knobs] for c in space.configs])
         self._gps: dict[tuple, AlphaGP] = {}
+        self._orders: dict[str, list[int]] = {}  # design_order=model: each model's own design order
         self._near = (values[:, None, :] != values[None, :, :]).sum(axis=2) <= 1
         if policy.design == "near":  # the default's one-knob neighbours first, each part in the design's order
             d = space.default_index
             self._lhs = sorted(self._lhs, key=lambda c: not (self._near[d, c] and c != d))
+
+    def _design(self, gid: str) -> list[int]:
+        """The design order model ``gid`` proposes from while it has fewer than two configurations measured."""
+        if self.p.design_order == "shared":
+            return self._lhs
+        order = self._orders.get(gid)
+        if order is None:
+            rng = np.random.default_rng([int(self.p.seed or 0), zlib.crc32(gid.encode())])
+            order = self._orders[gid] = self.space.lhs(len(self.space), rng)
+            if self.p.design == "near":
+                d = self.space.default_index
+                order.sort(key=lambda c: not (self._near[d, c] and c != d))
+        return order
 
     def _table(self, ids, y, cols, ci):
         """(reward per configuration (NaN untried), counts, CF-allowed mask) with the CF reward in place
@@ -543,7 +563,7 @@ class ArmModels:
         if len(cand) == 0:
             return None
         if len(train) < 2:
-            return next((c for c in self._lhs if cand_mask[c]), int(cand[0]))
+            return next((c for c in self._design(key[0]) if cand_mask[c]), int(cand[0]))
         gp = self._gps.get(key)
         if gp is None:  # kept per (group, model): hyper-parameters are re-optimised only as data grows
             gp = self._gps[key] = AlphaGP(alpha)
@@ -644,7 +664,7 @@ class ArmModels:
             picks = [(c, "bootstrap") for c in top] + ([(int(nxt), "explore")] if nxt is not None else [])
             out = [(c, 1.0 / len(picks), arm) for c, arm in picks]
             if self.p.design == "batch" and nxt is not None and len(tried) < 2:  # the proposal is a design point
-                batch = [c for c in self._lhs if untried[c]][: max(self.p.n_initial - 1, 1)]
+                batch = [c for c in self._design(gid) if untried[c]][: max(self.p.n_initial - 1, 1)]
                 out = out[:-1] + [(int(c), out[-1][1] / len(batch), "explore") for c in batch]
             return out
         # controlled: only configurations measured better than the default (else the default) as initial trials;

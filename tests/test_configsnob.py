@@ -449,6 +449,33 @@ def test_near_design_steps_one_knob_from_the_default_first(design):
         assert proposal[0] in neighbours
 
 
+@pytest.mark.parametrize("order", ["shared", "model"])
+def test_each_model_proposes_from_its_own_design_order(order):
+    """``design_order=model``: two overlap nodes that have measured only the default propose from two different
+    Latin-hypercube orders (one shared order hands both the same points), the same node the same order at every cycle
+    and in a reloaded state, and a cold group's BO model 1 its own order too."""
+    space = ConfigSpace.named("core")
+    policy = make_policy("config-snob", seed=3, design_order=order).reset(space)
+    arms, d = policy._arms, space.default_index
+    cols = {"config": [d] * 10}
+
+    def proposal(gid, models=arms):
+        return [c for c, _, arm in models.overlap(gid, list(range(10)), np.zeros(10), cols, None) if arm == "explore"]
+
+    firsts = {gid: proposal(gid) for gid in (f"ov:site-{k}|*|*" for k in range(6))}
+    assert len(set(map(tuple, firsts.values()))) == (1 if order == "shared" else 6)
+    assert all(len(p) == policy.n_initial - 1 and d not in p for p in firsts.values())
+    assert proposal("ov:site-0|*|*") == firsts["ov:site-0|*|*"]
+    again = pickle.loads(pickle.dumps(policy))
+    assert proposal("ov:site-1|*|*", again._arms) == firsts["ov:site-1|*|*"]
+    assert sorted(arms._design("g:7")) == list(range(len(space)))  # an order of the whole space
+    cold = arms.group("g:7", list(range(10)), np.zeros(10), cols, None, None, steady_ok=False)
+    assert cold == [(next(c for c in arms._design("g:7") if c != d), 1.0, "explore")]
+    assert (arms._design("g:7") == arms._lhs) == (order == "shared")
+    with pytest.raises(ParameterError):
+        make_policy("config-snob", design_order="node")
+
+
 @pytest.mark.parametrize("design", ["own", "batch"])
 def test_batch_design_spreads_a_cold_nodes_proposal_over_the_next_design_points(design):
     """Under ``design=batch`` an overlap node that has measured only the default hands the proposal's share to the

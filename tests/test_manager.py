@@ -914,6 +914,61 @@ def test_the_override_watch_counts_only_the_evidence_gathered_under_the_override
     assert base.treated["g"][OTHER[0]].n == 20_000  # the copy is not the live state
 
 
+def test_records_decided_under_an_earlier_table_are_not_the_overrides_evidence(tmp_path):
+    """A record carries the table version its edge decided with. Until 2026-12-07 (evening) the override's evidence was
+    every record stored after it began, so records decided under the earlier table, arriving late (an edge's queue,
+    a bus), counted as the override's: here 6,000 of them, as fast as holdback, hide a configuration the override made
+    30% slower. The feeder adds such records to the override's base as well, so check_override sees only the
+    override's own. Then the manager's wiring: the override's first version and base are saved and restored."""
+    from tailor.grouping import PrefixArchive
+    from tailor.manager.feed import Feeder
+    from tailor.manager.guardrails import check_override
+    from tailor.policies import PolicyEnv, make_policy
+
+    rng = np.random.default_rng(9)
+    archive = PrefixArchive(0.3)
+    policy = make_policy("tailor", seed=0).reset(SPACE, PolicyEnv(archive=archive))
+    table = {"default": DEFAULT, "groups": [{"id": "g", "choices": [{"config": DEFAULT, "p": 0.1},
+                                                                     {"config": OTHER[0], "p": 0.9}]}]}
+
+    def rows(seq0, n, cid, factor, hold, version):  # the feed's columns, then the record's table version
+        return [(seq0 + k, T0 + seq0 + k, "10.1.2.0/24", None, "g", cid, 1.0, hold, "shop.example", "desktop",
+                 float(rng.lognormal(6.0 + math.log(factor), 0.4)), 80.0, 5.0, 0.0, 100_000, None, None, version)
+                for k in range(n)]
+
+    found = {}
+    for watched in (False, True):
+        state = GuardState()
+        watch = {}
+        feeder = Feeder(policy, archive, state, override_watch=lambda watch=watch: watch.get("w"))
+        feeder.set_policy_table(table)
+        feeder.feed(rows(0, 2000, OTHER[0], 1.0, False, 3) + rows(2000, 500, DEFAULT, 1.0, True, 3))
+        base = state.copy()
+        if watched:
+            watch["w"] = (4, base)  # the override is version 4
+        late = rows(3000, 6000, OTHER[0], 1.0, False, 3)  # decided under version 3, stored after the override began
+        own = rows(10_000, 400, OTHER[0], 1.3, False, 4) + rows(11_000, 150, DEFAULT, 1.0, True, 4)
+        order = rng.permutation(len(late) + len(own))
+        feeder.feed([(late + own)[k] for k in order])
+        found[watched] = check_override(table, state, GuardConfig(), since=base)
+        assert state.treated["g"][OTHER[0]].n == 8400  # the live statistics keep every record
+    assert found[False] == []  # the late records dilute the override's 30% to about 4%
+    (hit,) = found[True]
+    assert hit["config"] == OTHER[0] and hit["n"] == 400 and hit["n_holdback"] == 150 and hit["slower"] > 0.15, hit
+
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+        mgr = c.app.state.manager
+        assert mgr._override_watch() is None
+        pinned = pin_override(c, {"g-slow": OTHER[0]})
+        version, base = mgr._override_watch()
+        assert version == pinned["version"] and base is mgr.override_base
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:  # restarted: the watch is restored with the state
+        mgr = c.app.state.manager
+        assert mgr._override_watch()[0] == pinned["version"]
+        c.delete("/v1/table/override", headers={**AUTH, "X-Tailor-Reason": "done"})
+        assert mgr._override_watch() is None
+
+
 @pytest.mark.parametrize("mode", ["alert", "apply"])
 def test_an_override_as_fast_as_holdback_raises_nothing(tmp_path, mode):
     main = {"g-slow": OTHER[0], "g-own": OWN.id, "g-fine": OTHER[1]}

@@ -59,7 +59,7 @@ SELECT seq, time, client_prefix, client_addr, "group", config_id, coalesce(proba
                 CASE WHEN duration_ms > 0 THEN bytes_acked * 8 / duration_ms / 1e3 END,
                 CASE WHEN ttlb_ms > 0 THEN object_bytes * 8 / ttlb_ms / 1e3 END),
        CASE WHEN bytes_sent > 0 THEN bytes_retrans / bytes_sent END,
-       coalesce(object_bytes, bytes_acked, bytes_sent, 0), asn, region
+       coalesce(object_bytes, bytes_acked, bytes_sent, 0), asn, region, table_version
 FROM telemetry WHERE seq > ? AND seq <= ? ORDER BY time, seq
 """
 
@@ -157,8 +157,12 @@ class SiteFilter:
 class Feeder:
     """Feeds stored telemetry rows to a policy, its archive and the guardrail statistics."""
 
-    def __init__(self, policy, archive, guard: GuardState, sites: SiteFilter | None = None, enricher=None):
+    def __init__(self, policy, archive, guard: GuardState, sites: SiteFilter | None = None, enricher=None,
+                 override_watch=None):
         self.policy, self.archive, self.guard = policy, archive, guard
+        # () -> (the override's first table version, its base evidence) or None: a record decided under an earlier
+        # table is added to the base as well, so it is not the override's evidence (check_override subtracts the base)
+        self.override_watch = override_watch or (lambda: None)
         self.enricher = enricher  # tailor.enrich.Enricher or None
         self.sites = sites if sites is not None else SiteFilter(min_records=1, max_sites=1 << 30)
         self.policy_choices: dict[str, set[str]] = {}  # group id -> the configurations the policy's table gives it
@@ -207,7 +211,8 @@ class Feeder:
         return report
 
     def _feed_one(self, row, resolver, report: FeedReport, outcomes: list[tuple]) -> None:
-        seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes, asn, region = row
+        seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes, asn, region = row[:17]
+        version = row[17] if len(row) > 17 else None
         report.rows += 1
         report.last_seq = max(report.last_seq, seq)
         done_ms = done_ms if done_ms is not None and 0 < done_ms < math.inf else None
@@ -238,6 +243,9 @@ class Feeder:
             report.unknown_group += 1
         else:
             self.guard.observe(table_group, cid, done_ms, hold)
+            watch = self.override_watch()
+            if watch is not None and version is not None and version < watch[0]:  # decided before the override
+                watch[1].observe(table_group, cid, done_ms, hold)
         (report.holdback if hold else report.treated).add(done_ms)
         if index is None:
             return

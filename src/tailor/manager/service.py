@@ -113,7 +113,7 @@ class Manager:
         self.notifier = pub.Notifier()
         self._published_wall = time.time()  # a publication resets it; after a restart, edges get a grace period
         self._restore()
-        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher)
+        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher, self._override_watch)
         if self.enricher.configured:
             log("enrich.databases", **self.enricher.describe())
         self.current = self._load_or_create_table()
@@ -138,7 +138,7 @@ class Manager:
             params = dict(self.cfg.policy_params)
             self.policy = make_policy(self.cfg.policy, seed=self.cfg.seed, holdback=0.0, **params).reset(self.space, env)
             self.guard, self.fed_seq, self.override_until = GuardState(), 0, None
-            self.override_findings, self.override_base = [], None
+            self.override_findings, self.override_base, self.override_version = [], None, None
             self.sites, self._policy_choices = self._new_sites(), None
         else:
             if state.get("signature") != self._signature():
@@ -161,7 +161,8 @@ class Manager:
         return pickle.dumps({"format": STATE_FORMAT, "signature": self._signature(), "policy": self.policy,
                              "archive": self.archive, "guard": self.guard, "fed_seq": self.fed_seq,
                              "override_until": self.override_until, "override_findings": self.override_findings,
-                             "override_base": self.override_base, "sites": self.sites,
+                             "override_base": self.override_base, "override_version": self.override_version,
+                             "sites": self.sites,
                              "policy_choices": self.feeder.policy_choices},
                             protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -176,6 +177,9 @@ class Manager:
         self.override_findings = state.get("override_findings") or []  # state written before 2026-12-07 has none
         # the guardrails' evidence when the override began (None in state written before 2026-12-07: all evidence)
         self.override_base = state.get("override_base")
+        # the override's first table version (None in state written before 2026-12-07, evening: records decided
+        # under an earlier table but stored after the override began count as its evidence, as they did)
+        self.override_version = state.get("override_version")
         self.sites = state.get("sites") or self._new_sites()  # state written before SNI admission has none
         self._policy_choices = state.get("policy_choices")  # state written before 2026-12-06 has none
 
@@ -196,7 +200,7 @@ class Manager:
         findings = self.override_findings
         self._adopt(pickle.loads(self._good_state))
         self.override_findings = findings
-        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher)
+        self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher, self._override_watch)
         self._set_policy_table()
 
     def _load_or_create_table(self) -> pub.Published:
@@ -351,6 +355,7 @@ class Manager:
             self.override_findings = []  # a new override is watched afresh, on the evidence gathered from now on
             self.override_base = self.guard.copy()
             published = self._publish(table, "operator", actor, "override", reason or "operator override", now)
+            self.override_version = published.version
             self.snapshot()
         return published
 
@@ -378,9 +383,17 @@ class Manager:
 
     def clear_override(self, actor: str, reason: str) -> None:
         with self._cycle_lock:
-            self.override_until, self.override_findings, self.override_base = None, [], None
+            self.override_until, self.override_findings, self.override_base, self.override_version = None, [], None, None
             self.store.audit(self.clock(), self.current.version, actor, "release", reason or "override released")
             self.snapshot()
+
+    def _override_watch(self):
+        """(the override's first table version, the guardrails' evidence when it began) while an override is watched,
+        else None: the feeder adds a record decided under an earlier table to that base too, so the override's
+        evidence (the guardrails' statistics minus the base) holds only records its own tables decided."""
+        if self.override_base is None or self.override_version is None:
+            return None
+        return self.override_version, self.override_base
 
     def override_active(self, now: float) -> bool:
         return self.override_until is not None and now < self.override_until
@@ -463,7 +476,7 @@ class Manager:
         if self.override_active(now):
             return False
         if self.override_until is not None:  # a timed override expired
-            self.override_until, self.override_findings, self.override_base = None, [], None
+            self.override_until, self.override_findings, self.override_base, self.override_version = None, [], None, None
             self.store.audit(now, self.current.version, "manager", "release", "override hold expired")
         if pub.content_key(table) == self.current.key:
             return False

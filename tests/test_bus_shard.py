@@ -310,6 +310,41 @@ def test_a_shard_serves_its_counters_and_its_partitions_metrics_read_only(bus):
         httpx.get(url + "/metrics", timeout=2)
 
 
+def test_a_shards_metrics_endpoint_serves_https_with_the_managers_certificate(bus, tmp_path, capsys):
+    """``--tls-cert``/``--tls-key`` with ``--bus``: the shard's one HTTP endpoint serves HTTPS (until 2026-12-07,
+    evening, it was plain HTTP whatever was given, and the flags were ignored). A certificate that does not load, or
+    the flags without ``--metrics-listen``, is one error naming the flag, before anything connects."""
+    import ssl
+
+    import httpx
+
+    from tailor.bus.metrics import MetricsServer
+    from tailor.bus.shard import Shard
+    from tailor.cli import main
+    from tailor.manager.testing import free_port, self_signed
+
+    cert, key = self_signed(tmp_path)
+    port = free_port()
+    endpoint = MetricsServer(Shard(_shard_cfg(bus, "tls")), "127.0.0.1", port, (str(cert), str(key)))
+    endpoint.start()
+    try:
+        trust = ssl.create_default_context(cafile=str(cert))
+        health = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=trust, timeout=5)
+        assert health.status_code == 200 and health.json()["shard"] == "tls", health.text
+        with pytest.raises(httpx.HTTPError):  # plain HTTP is not served beside it
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    finally:
+        endpoint.stop()
+    args = ["manager", "--bus", bus.url, "--shard-id", "tls", "--data", str(tmp_path / "d"), "--tls-cert", str(cert),
+            "--tls-key", str(key)]
+    assert main(args) == 2
+    assert "'tls-cert' parameter of tailor manager must be given with --bus only together with --metrics-listen" in \
+        capsys.readouterr().err
+    assert main([*args[:-1], str(cert), "--metrics-listen", f"127.0.0.1:{free_port()}"]) == 2  # the cert as its key
+    assert "'tls-cert' parameter of tailor manager must be a PEM certificate chain that --tls-key's key matches" in \
+        capsys.readouterr().err
+
+
 def test_a_shards_counters_never_go_down_while_a_partition_is_released(bus):
     """A released worker's counters are counted while it stops (its final cycle and state take seconds) and then in
     the shard's retired total: the heartbeat's and the metrics endpoint's totals never fall. (Until 2026-12-07 the

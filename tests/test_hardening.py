@@ -14,8 +14,6 @@
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
 import os
 import random
@@ -41,7 +39,7 @@ from tailor.manager.service import Manager
 from tailor.manager.signing import Signer, load_public_keys, public_pem, verify
 from tailor.manager.store import Store
 from tailor.errors import ParameterError
-from tailor.manager.testing import LiveServer, free_port
+from tailor.manager.testing import LiveServer, free_port, self_signed
 from tailor.space import ConfigSpace
 
 TOKEN, EDGE = "operator-token-xyz", "edge-token-abc"
@@ -418,31 +416,9 @@ def test_tables_are_signed_with_the_published_key(tmp_path):
         assert not verify(r.content, sig, load_public_keys(public_pem(Signer.for_data_dir(other).public)))
 
 
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tailor-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_path, key_path
-
-
 @pytest.mark.slow
 def test_manager_over_tls(tmp_path):
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TAILOR_OPERATOR_TOKEN": TOKEN, "TAILOR_EDGE_TOKENS": EDGE}
     with open(tmp_path / "m.log", "ab") as out:
@@ -1058,7 +1034,7 @@ def test_a_tls_connection_refused_at_the_cap_reaches_no_application(tmp_path, ca
     from tailor.manager.httpserver import uvicorn_settings
     from tailor.manager.metrics import Metrics
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     seen = []
 
     async def app(scope, receive, send):
@@ -1147,7 +1123,7 @@ class _TLSServer:
 
         from tailor.manager.httpserver import uvicorn_settings
 
-        self.cert, key = _self_signed(tmp_path)
+        self.cert, key = self_signed(tmp_path)
         self.port = free_port()
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan=lifespan, ssl_certfile=str(self.cert),
                                 ssl_keyfile=str(key), **uvicorn_settings(cfg(tmp_path, **bounds), metrics))

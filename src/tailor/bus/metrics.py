@@ -19,7 +19,8 @@ messages a change of the partition count lost, nor the learning metrics of the p
   header, body and write deadlines; ``tailor_http_refused_connections_total{reason}``, ``tailor_http_connections``).
 
 Nothing here changes anything (no credential is asked, as for the manager's ``/metrics``); any other path is 404, any
-other method 405. The server runs uvicorn in a thread of its own (its own event loop, no signal handlers: the shard's
+other method 405. With ``--tls-cert``/``--tls-key`` (the manager's flags) it serves HTTPS, with the certificate checked
+at start (one error naming the flag). The server runs uvicorn in a thread of its own (its own event loop, no signal handlers: the shard's
 SIGTERM handling stays the shard's); a scrape reads the shard's counters as they are at that moment.
 """
 
@@ -157,9 +158,11 @@ def health(shard) -> dict:
 
 
 class MetricsServer:
-    """The endpoint on ``host:port``, served by uvicorn in a daemon thread with the manager's HTTP bounds."""
+    """The endpoint on ``host:port``, served by uvicorn in a daemon thread with the manager's HTTP bounds; HTTPS with
+    ``tls`` = (certificate chain, key) PEM files (``tailor manager --bus ... --metrics-listen ... --tls-cert --tls-key``:
+    the manager's own flags)."""
 
-    def __init__(self, shard, host: str, port: int):
+    def __init__(self, shard, host: str, port: int, tls: tuple[str, str] | None = None):
         import uvicorn
 
         from tailor.manager.httpserver import uvicorn_settings
@@ -167,8 +170,9 @@ class MetricsServer:
         self.registry = CollectorRegistry()
         self.registry.register(ShardCollector(shard))
         http = _HTTPMetrics(self.registry)
+        files = {"ssl_certfile": tls[0], "ssl_keyfile": tls[1]} if tls else {}
         config = uvicorn.Config(metrics_app(shard, self.registry), host=host, port=port, lifespan="off",
-                                timeout_graceful_shutdown=5, **uvicorn_settings(shard.cfg.base, http))
+                                timeout_graceful_shutdown=5, **uvicorn_settings(shard.cfg.base, http), **files)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"shard-metrics-{port}", daemon=True)
 

@@ -77,6 +77,7 @@ class ShardConfig:
     ack_wait_s: float = S.ACK_WAIT_S  # consumer creation only; tests use a short one (hidden --bus-ack-wait)
     heartbeat_s: float = S.HEARTBEAT_S
     metrics_listen: tuple[str, int] | None = None  # GET /metrics and /healthz on this address (tailor.bus.metrics)
+    metrics_tls: tuple[str, str] | None = None  # (certificate chain, key) PEM files: the endpoint serves HTTPS
     replicas: int = 1  # copies of the stream and buckets this shard creates (a JetStream cluster: 3)
 
     def __post_init__(self):
@@ -846,13 +847,13 @@ class Shard:
                 from tailor.bus.metrics import MetricsServer
 
                 host, port = self.cfg.metrics_listen
-                endpoint = MetricsServer(self, host, port)
+                endpoint = MetricsServer(self, host, port, self.cfg.metrics_tls)
                 try:
                     await asyncio.to_thread(endpoint.start)
                 except RuntimeError as err:
                     await self._drain()
                     raise BusError(f"tailor manager: metrics-listen {host}:{port}: {err}") from None
-                log("bus.metrics", host=host, port=port)
+                log("bus.metrics", host=host, port=port, tls=self.cfg.metrics_tls is not None)
             return await self._serve()
         finally:  # the endpoint ends with the shard, however the shard ends (its thread would keep the port bound)
             if endpoint is not None:

@@ -230,6 +230,18 @@ def run(args) -> int:
     return 0
 
 
+def _check_tls(cert: str, key: str) -> None:
+    """The certificate chain and key load as a server's (else one error naming --tls-cert): a shard's metrics thread
+    would otherwise die at start with a message about the port."""
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        raise param_error("tailor manager", "tls-cert", "a PEM certificate chain that --tls-key's key matches",
+                          f"{cert} ({err})") from None
+
+
 def _check_descriptors(max_connections: int) -> None:
     """Warn when the descriptor limit is below --max-connections plus room for the store and the thread pool: the
     cap would never be reached, accept() would fail instead (deploy/tailor-manager.service sets 65536)."""
@@ -263,9 +275,15 @@ def run_bus(args) -> int:
     base = config_from_args(argparse.Namespace(**dict(vars(args), insecure_dev=True)))
     logs.setup(logging.INFO)
     metrics_listen = parse_listen(args.metrics_listen, "metrics-listen") if args.metrics_listen else None
+    metrics_tls = None
+    if args.tls_cert:  # a shard serves HTTP only on --metrics-listen: that is what the certificate is for
+        check(metrics_listen is not None, "tailor manager", "tls-cert",
+              "given with --bus only together with --metrics-listen (a shard's one HTTP endpoint)", args.tls_cert)
+        metrics_tls = (args.tls_cert, args.tls_key)
+        _check_tls(*metrics_tls)
     cfg = ShardConfig(servers=parse_servers(args.bus), shard_id=args.shard_id, data_dir=args.data, base=base,
                       user=args.bus_user, password=password, partitions=args.partitions, ack_wait_s=args.bus_ack_wait,
-                      metrics_listen=metrics_listen, replicas=args.bus_replicas)
+                      metrics_listen=metrics_listen, metrics_tls=metrics_tls, replicas=args.bus_replicas)
     logs.log("manager.start", bus=cfg.servers, shard=cfg.shard_id, data=cfg.data_dir, policy=base.policy,
              space=base.space)
     return run_shard(cfg)

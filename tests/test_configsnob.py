@@ -339,6 +339,14 @@ def test_the_forests_limit_vouches_only_for_knob_values_its_sample_covers():
     assert est.fit(X, configs, y) and est.covered is not None
     assert not est.covered[[c for c, name in enumerate(label) if "iw4 " in name]].any()
     assert est.covered[space.default_index]
+    theta = est.theta(X)
+    iw4 = [c for c, name in enumerate(label) if "iw4 " in name]
+    for scope in ("all", "seen"):  # the policy's limit applies it (limit_scope)
+        policy = make_policy("config-snob", seed=0, limit_scope=scope).reset(space)
+        policy._ci, policy._theta, policy._cols["config"] = est, theta, configs.tolist()
+        _, allowed = policy._ci_view(list(range(n)), y)
+        assert allowed[iw4].any() == (scope == "all"), scope  # the extrapolated slope lets some through
+        assert scope == "all" or not (allowed & ~est.covered).any()
     old = pickle.loads(pickle.dumps(est))
     del old.covered
     assert pickle.loads(pickle.dumps(old)).covered is None  # an estimator pickled before: every configuration

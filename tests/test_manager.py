@@ -627,9 +627,10 @@ def test_feed_marks_what_a_guardrail_served_and_tailor_does_not_charge_it(tmp_pa
     other = next(c.id for c in space.configs if c.id != base)
     feeder.set_policy_table({"groups": [{"id": "g1", "choices": [{"config": base, "p": 1.0}]}]})
 
-    def row(seq, cid):  # seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, bytes, asn, region
+    def row(seq, cid):  # seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, bytes,
+        # asn, region, table_version
         return (seq, T0 + seq, "10.1.2.0/24", None, "g1", cid, 1.0, False, "shop.example", "desktop", 5000.0, 80.0,
-                5.0, 0.0, 100_000, None, None)
+                5.0, 0.0, 100_000, None, None, 1)
 
     feeder.feed([row(1, other)])
     assert policy._slack == {} and policy._n == 0 and len(policy._rows) == 1  # learned from, not charged
@@ -967,6 +968,68 @@ def test_records_decided_under_an_earlier_table_are_not_the_overrides_evidence(t
         assert mgr._override_watch()[0] == pinned["version"]
         c.delete("/v1/table/override", headers={**AUTH, "X-Tailor-Reason": "done"})
         assert mgr._override_watch() is None
+
+
+def test_late_records_of_the_earlier_table_do_not_hide_an_overrides_regression_end_to_end(tmp_path):
+    """The same through the API and the store: an operator pins a table, edges serve it (fast), the operator pins
+    another one under which the configuration is 30% slower; the first table's records arrive only after that. The
+    cycle reads each record's table_version from the store (FEED_SQL): the late records stay out of the second
+    override's evidence, and the regression is found."""
+    main = {"g-slow": OTHER[0]}
+    before, after = override_edge({}, seed=21), override_edge({OTHER[0]: 1.3}, seed=22)
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+        mgr = c.app.state.manager
+        first = pin_override(c, main)
+        before.apply(first)
+        late = [before.batch(2500, T0 + 3 * k) for k in range(4)]  # decided under the first, not yet delivered
+        second = pin_override(c, main)
+        assert second["version"] > first["version"]
+        after.apply(second)
+        own = after.batch(1500, T0 + 20)
+        for b in [*late, own]:
+            assert c.post("/v1/telemetry", content=json.dumps(b), headers=AUTH).status_code == 202
+        mgr.run_cycle(now=T0 + 99)
+        found = audit_rows(mgr, "override-regression")
+        assert [(v, actor) for v, actor, _ in found] == [(second["version"], "guardrail")], found
+        n_own = sum(r.get("group") == "g-slow" and r["config_id"] == OTHER[0] and not r["holdback"] for r in own["records"])
+        assert f" in g-slow (n={n_own} vs " in found[0][2], (n_own, found)  # the second table's records alone
+        assert mgr.guard.treated["g-slow"][OTHER[0]].n > 4 * n_own  # the live statistics hold the late ones too
+
+
+def test_an_override_survives_a_lost_table_store_above_its_first_version(tmp_path):
+    """The watch tells an override's records by their table version, so the override's tables must stay above its
+    first version: a data directory whose table store is gone (state.pkl kept) restarts its versions above it, not
+    at 1 (where every record of the override's own tables would read as decided before it)."""
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+        pinned = pin_override(c, {"g-slow": OTHER[0]})
+    (tmp_path / "data" / "tailor.duckdb").unlink()
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH) as c:
+        mgr = c.app.state.manager
+        assert mgr._override_watch()[0] == pinned["version"] and mgr.current.version > pinned["version"]
+
+
+def test_an_override_that_fails_to_publish_leaves_no_override_behind(tmp_path, monkeypatch):
+    """Until 2026-12-07 (evening) the override's hold was set before its table was published: a publication that
+    failed (here the store refusing the write) left the manager pinned for good to the policy's table, every later
+    policy table held back. Now nothing of the override is kept, and the next cycle publishes."""
+    from tailor.manager.store import StoreError
+
+    edge = override_edge({}, seed=23)
+    with TestClient(create_app(cfg(tmp_path)), headers=AUTH, raise_server_exceptions=False) as c:
+        mgr = c.app.state.manager
+        version = mgr.current.version
+
+        def refuse(*args, **kwargs):
+            raise StoreError("disk full")
+
+        with monkeypatch.context() as m:
+            m.setattr(mgr.store, "save_table", refuse)
+            table = copy.deepcopy(c.get("/v1/table").json())
+            r = c.post("/v1/table", json=table, headers={**AUTH, "X-Tailor-Reason": "incident 8"})
+        assert r.status_code >= 500 and mgr.current.version == version
+        assert mgr.override_until is None and mgr._override_watch() is None and not mgr.override_active(T0)
+        serve(c, edge, 3000, T0, T0 + 99)
+        assert mgr.current.version > version and mgr.current.origin == "policy"
 
 
 @pytest.mark.parametrize("mode", ["alert", "apply"])

@@ -211,8 +211,8 @@ class Feeder:
         return report
 
     def _feed_one(self, row, resolver, report: FeedReport, outcomes: list[tuple]) -> None:
-        seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes, asn, region = row[:17]
-        version = row[17] if len(row) > 17 else None
+        seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes, asn, region, \
+            version = row
         report.rows += 1
         report.last_seq = max(report.last_seq, seq)
         done_ms = done_ms if done_ms is not None and 0 < done_ms < math.inf else None
@@ -244,7 +244,7 @@ class Feeder:
         else:
             self.guard.observe(table_group, cid, done_ms, hold)
             watch = self.override_watch()
-            if watch is not None and version is not None and version < watch[0]:  # decided before the override
+            if watch is not None and version < watch[0]:  # decided under a table from before the override
                 watch[1].observe(table_group, cid, done_ms, hold)
         (report.holdback if hold else report.treated).add(done_ms)
         if index is None:

@@ -113,6 +113,9 @@ class Manager:
         self.notifier = pub.Notifier()
         self._published_wall = time.time()  # a publication resets it; after a restart, edges get a grace period
         self._restore()
+        # the override's own tables stay above its first version (the watch tells records decided before it by their
+        # version) even when the store's tables are gone: a recreated database, a takeover without the envelope
+        self.version_floor = max(self.version_floor, self.override_version or 0)
         self.feeder = Feeder(self.policy, self.archive, self.guard, self.sites, self.enricher, self._override_watch)
         if self.enricher.configured:
             log("enrich.databases", **self.enricher.describe())
@@ -351,11 +354,12 @@ class Manager:
             table["salt"] = salt  # until 2026-12-07 an override without one re-drew every client (found by review)
         with self._cycle_lock:
             now = self.clock()
-            self.override_until = now + hold_s if hold_s > 0 else math.inf
-            self.override_findings = []  # a new override is watched afresh, on the evidence gathered from now on
-            self.override_base = self.guard.copy()
+            base = self.guard.copy()  # a new override is watched afresh, on the evidence gathered from now on
             published = self._publish(table, "operator", actor, "override", reason or "operator override", now)
-            self.override_version = published.version
+            # only once it is published: until 2026-12-07 (evening) a publication that failed (a full disk, a table
+            # over MAX_TABLE_BYTES) left the manager pinned for good to the policy's table (found by review)
+            self.override_until = now + hold_s if hold_s > 0 else math.inf
+            self.override_findings, self.override_base, self.override_version = [], base, published.version
             self.snapshot()
         return published
 

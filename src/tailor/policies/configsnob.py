@@ -143,8 +143,9 @@ class ConfigSnobPolicy(Policy):
         "design": ("batch", lambda v: v in ("own", "ancestor", "near", "batch"), "'own', 'ancestor', 'near' or 'batch'"),
         # ours: the order of the space-filling design a model with fewer than two configurations measured proposes
         # from: 'shared' = one order for every model (the earlier reading), so the first cycles hand the same design
-        # points to every overlap node and group at once; 'model' = each model its own Latin-hypercube order (seeded by
-        # the model's key), as each BO model starts from its own initial design
+        # points to every overlap node and group at once; 'model' = each group's and overlap node's models their own
+        # Latin-hypercube order (seeded by the seed and the group id, so a K-means group relabelled gets another), as
+        # each BO model starts from its own initial design (in practice only BO model 1 has fewer than two points)
         "design_order": ("shared", lambda v: v in ("shared", "model"), "'shared' or 'model'"),
         "start_hour": (17.0, lambda v: isinstance(v, (int, float)) and 0 <= v < 24, "in [0, 24)"),
         "start_weekday": (0, lambda v: v in range(7), "an integer in 0..6 (0 = Monday)"),

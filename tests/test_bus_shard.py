@@ -753,6 +753,60 @@ def test_a_paused_owner_does_not_overwrite_its_successors_archive_summary(bus):
     asyncio.run(scenario())
 
 
+def test_a_shard_reads_the_heartbeat_ttl_again_when_the_operator_changes_it(bus, monkeypatch, caplog):
+    """An operator raises the heartbeat bucket's TTL (nats stream edit, e.g. for a replicated bus's elections): a
+    running shard takes it at its next ownership check once TTL_READ_S has passed; until 2026-12-07 (evening) only at
+    its restart, so a shard on the old TTL released its partitions on another schedule than the shards started after
+    the change. A read the bus does not answer keeps the TTL read last."""
+    import nats
+
+    from tailor.bus import setup as S
+    from tailor.bus import shard as SH
+
+    class Checked(Exception):  # ends the ownership check after the TTL read (no partition is claimed)
+        pass
+
+    async def scenario():
+        nc, js = await _conn(bus)
+        sh = SH.Shard(_shard_cfg(bus, "ttl"))
+        await sh.connect()
+
+        async def live():
+            raise Checked
+
+        sh.live = live
+        try:
+            assert sh.ttl_s == S.HEARTBEAT_TTL_S
+            info = await js.stream_info(f"KV_{S.SHARDS}")
+            info.config.max_age = 12.0
+            await js.update_stream(info.config)
+            with pytest.raises(Checked):
+                await sh.rebalance()
+            assert sh.ttl_s == S.HEARTBEAT_TTL_S  # read within the last TTL_READ_S: not yet
+            monkeypatch.setattr(SH, "TTL_READ_S", 0.0)
+            with pytest.raises(Checked):
+                await sh.rebalance()
+            assert sh.ttl_s == 12.0
+            info.config.max_age = S.HEARTBEAT_TTL_S  # back, as the other tests expect it
+            await js.update_stream(info.config)
+
+            async def unanswered(*args, **kwargs):
+                raise nats.errors.TimeoutError
+
+            sh.js.stream_info = unanswered
+            with pytest.raises(Checked):
+                await sh.rebalance()
+            assert sh.ttl_s == 12.0
+        finally:
+            await sh.nc.close()
+            await nc.close()
+
+    with caplog.at_level(logging.INFO, logger="tailor.manager"):
+        asyncio.run(scenario())
+    events = [r.fields["event"] for r in caplog.records if hasattr(r, "fields")]
+    assert events.count("bus.heartbeat_ttl") == 1 and events.count("bus.ttl_read_failed") == 1, events
+
+
 def test_a_deeply_nested_batch_is_refused_and_the_partition_goes_on(bus):
     """A batch nested thousands of levels deep made ``json.loads`` raise RecursionError in the worker, which died
     on it and on every redelivery after its restart: the partition was wedged (found by review, 2026-12-07). It is

@@ -62,6 +62,7 @@ MAX_REPLICAS = 5  # JetStream's largest replica count
 # a request the bus did not answer for a moment (no stream leader, no responders, a timeout): retried, not fatal
 BUS_TRANSIENT = (TimeoutError, NoStreamResponseError, nats.errors.NoRespondersError, ServiceUnavailableError)
 DEFER_LIMIT_S = 60.0  # commits the bus does not answer for longer than this fail the worker (ERROR, released, retaken)
+TTL_READ_S = 30.0  # how often a shard reads the heartbeat bucket's TTL again (an operator may change it)
 MAX_LEASE_BYTES = 4096  # a lease value larger than this is not read (its state reference is ignored)
 
 
@@ -650,7 +651,8 @@ class Shard:
         # guards workers / releasing / retired against the metrics endpoint's thread reading them half-moved
         self.counts_lock = threading.Lock()
         self.beat_ok = time.monotonic()  # last heartbeat the bus took
-        self.ttl_s = S.HEARTBEAT_TTL_S  # the heartbeat bucket's TTL (read at connect)
+        self.ttl_s = S.HEARTBEAT_TTL_S  # the heartbeat bucket's TTL (read at connect, then every TTL_READ_S)
+        self._ttl_known, self.ttl_read = False, 0.0
         # messages this shard removed from the stream at its start (setup.remove_strays): unacknowledged ones of
         # partitions >= P (the cluster document recreated with fewer partitions: never folded), and those on subjects
         # that are no partition's
@@ -698,15 +700,7 @@ class Shard:
         self.tables, self.archive, self.shards, self.obj = (buckets["tables"], buckets["archive"], buckets["shards"],
                                                             buckets["state"])
         self.leases = buckets["leases"]
-        # the heartbeat TTL is the bucket's (the first shard created it: 6 s, or 15 s on a replicated bus), so every
-        # shard releases its partitions, when the bus takes no heartbeat, before the others may take them
-        ttl = (await self.js.stream_info(f"KV_{S.SHARDS}")).config.max_age
-        self.ttl_s = float(ttl) if ttl else S.HEARTBEAT_TTL_S
-        if cfg.replicas > 1 and self.ttl_s < S.REPLICATED_HEARTBEAT_TTL_S:
-            log("bus.heartbeat_ttl_short", logging.WARNING, ttl_s=self.ttl_s, replicas=cfg.replicas,
-                note=f"the heartbeat bucket {S.SHARDS} (created earlier) has a TTL shorter than a replicated bus's "
-                     f"leader elections: an election can make every shard release its partitions; raise its max_age to "
-                     f"{S.REPLICATED_HEARTBEAT_TTL_S:g} s with nats stream edit (every shard reads it at its start)")
+        await self.read_ttl()
 
         async def stream_first(partitions: int) -> None:  # before edges can read P (and publish): the stream takes it
             await S.ensure_stream(self.js, partitions=partitions, widen_only=True, replicas=cfg.replicas)
@@ -730,6 +724,27 @@ class Shard:
         for w in parts:
             total = total.add(w.counters)
         return total, workers
+
+    async def read_ttl(self) -> None:
+        """The heartbeat TTL is the bucket's (the first shard created it: 6 s, or 15 s on a replicated bus), so every
+        shard releases its partitions, when the bus takes no heartbeat, before the others may take them. Read at
+        connect and again every ``TTL_READ_S`` (until 2026-12-07, evening, at connect only: an operator's ``nats
+        stream edit`` of the bucket reached a shard only at its restart, and a shard still on a longer TTL than the
+        bucket's released its partitions after the others could take them)."""
+        ttl = (await self.js.stream_info(f"KV_{S.SHARDS}")).config.max_age
+        ttl_s = float(ttl) if ttl else S.HEARTBEAT_TTL_S
+        self.ttl_read = time.monotonic()
+        if ttl_s == self.ttl_s and self._ttl_known:
+            return
+        if self._ttl_known:
+            log("bus.heartbeat_ttl", shard=self.cfg.shard_id, ttl_s=ttl_s, was_s=self.ttl_s)
+        self.ttl_s, self._ttl_known = ttl_s, True
+        if self.cfg.replicas > 1 and ttl_s < S.REPLICATED_HEARTBEAT_TTL_S:
+            log("bus.heartbeat_ttl_short", logging.WARNING, ttl_s=ttl_s, replicas=self.cfg.replicas,
+                note=f"the heartbeat bucket {S.SHARDS} (created earlier) has a TTL shorter than a replicated bus's "
+                     f"leader elections: an election can make every shard release its partitions; raise its max_age to "
+                     f"{S.REPLICATED_HEARTBEAT_TTL_S:g} s with nats stream edit (every shard reads it within "
+                     f"{TTL_READ_S:g} s)")
 
     async def heartbeat(self) -> None:
         total, _ = self.totals()
@@ -775,6 +790,12 @@ class Shard:
         return out
 
     async def rebalance(self) -> None:
+        if time.monotonic() - self.ttl_read > TTL_READ_S:
+            try:
+                await self.read_ttl()
+            except (TimeoutError, nats.errors.Error) as err:  # the bus away: the TTL read last stands
+                log("bus.ttl_read_failed", logging.WARNING, error=f"{type(err).__name__}: {err}")
+                self.ttl_read = time.monotonic()
         if time.monotonic() - self.beat_ok > self.ttl_s - 2 * self.cfg.heartbeat_s and self.workers:
             # our heartbeat is about to expire (bus away): the others will take our partitions; stop first
             log("bus.ownership", logging.WARNING, shard=self.cfg.shard_id, lost=sorted(self.workers),

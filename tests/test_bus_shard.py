@@ -753,38 +753,6 @@ def test_a_paused_owner_does_not_overwrite_its_successors_archive_summary(bus):
     asyncio.run(scenario())
 
 
-def test_chunks_no_state_object_names_are_purged_once_old(bus):
-    """A state write interrupted between its chunks and its metadata leaves chunks that no object names (until
-    2026-12-07, evening, for good: one state's size per interruption). purge_orphan_chunks removes them once they
-    are old enough that no write can still be in progress, and never a live object's chunks, nor a deleted one's
-    metadata's (its own chunks are purged with the delete)."""
-    from tailor.bus import setup as S
-
-    async def scenario():
-        nc, js = await _conn(bus)
-        try:
-            obj = (await S.ensure_buckets(js, 1))["state"]
-            await obj.put("part.0.1.1", os.urandom(300_000))  # live: three chunks of 128 KiB
-            await obj.put("part.1.1.1", b"gone")
-            await obj.delete("part.1.1.1")
-            for k in range(3):  # a writer that died after its chunks: no metadata names them
-                await js.publish(f"$O.{S.STATE}.C.deadwriter{k % 2}", os.urandom(1000))
-            stream = f"OBJ_{S.STATE}"
-            chunks = lambda info: sorted(x for x in (info.state.subjects or {}) if ".C." in x)  # noqa: E731
-            before = chunks(await js.stream_info(stream, subjects_filter="$O.>"))
-            assert len(before) == 3, before  # the live object's and the two dead writers'
-            assert await S.purge_orphan_chunks(js, S.STATE) == []  # too young: may be a write in progress
-            assert sorted(await S.purge_orphan_chunks(js, S.STATE, min_age_s=0.0)) == ["deadwriter0", "deadwriter1"]
-            after = chunks(await js.stream_info(stream, subjects_filter="$O.>"))
-            assert len(after) == 1, after
-            assert len((await obj.get("part.0.1.1")).data) == 300_000
-            assert await S.purge_orphan_chunks(js, S.STATE, min_age_s=0.0) == []
-        finally:
-            await nc.close()
-
-    asyncio.run(scenario())
-
-
 def test_a_shard_reads_the_heartbeat_ttl_again_when_the_operator_changes_it(bus, monkeypatch, caplog):
     """An operator raises the heartbeat bucket's TTL (nats stream edit, e.g. for a replicated bus's elections): a
     running shard takes it at its next ownership check once TTL_READ_S has passed; until 2026-12-07 (evening) only at

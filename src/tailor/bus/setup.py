@@ -97,56 +97,6 @@ async def kv_keys(js, bucket: str, prefix: str = "") -> list[str]:
     return sorted(s[len(pre):] for s in (info.state.subjects or {}) if s.startswith(pre + prefix))
 
 
-ORPHAN_CHUNK_AGE_S = 600.0  # chunks no object names are purged once their last one is this old (a write takes seconds)
-MAX_OBJECT_SUBJECTS = 10_000  # an object store listing more chunk or metadata subjects than this is not cleaned
-
-
-def _msg_age_s(msg) -> float:
-    """Seconds since the server stored ``msg`` (RFC 3339 ``time`` of a stream message); inf when it has none."""
-    import datetime
-
-    stamp = getattr(msg, "time", None)
-    if not stamp:
-        return float("inf")
-    if isinstance(stamp, str):
-        stamp = datetime.datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", stamp.replace("Z", "+00:00")))
-    return max(datetime.datetime.now(datetime.UTC).timestamp() - stamp.timestamp(), 0.0)
-
-
-async def purge_orphan_chunks(js, bucket: str, min_age_s: float = ORPHAN_CHUNK_AGE_S) -> list[str]:
-    """Purge the chunk subjects of object store ``bucket`` that no object's metadata names and whose last chunk is at
-    least ``min_age_s`` old; returns their nuids. Such chunks are what a state write interrupted after its chunks and
-    before its metadata leaves (the writer died, or nats-py's own purge after a failed put went unanswered during an
-    election): until 2026-12-07 (evening) nothing removed them. The live objects come from the metadata subjects'
-    last messages (stream info and direct reads: nats-py's object listing watches a consumer and, like its key
-    listing, can end early, and a short list here would purge live chunks); the age keeps a write in progress on
-    another shard (chunks published, metadata not yet) untouched. Anything unreadable stops the cleaning, nothing
-    purged."""
-    stream, chunks, metas = f"OBJ_{bucket}", f"$O.{bucket}.C.", f"$O.{bucket}.M."
-    info = await js.stream_info(stream, subjects_filter=f"$O.{bucket}.>")
-    subjects = list(info.state.subjects or {})
-    if len(subjects) > MAX_OBJECT_SUBJECTS:
-        return []
-    live = set()
-    for subject in subjects:
-        if subject.startswith(metas):
-            doc = json.loads((await js.get_last_msg(stream, subject)).data)
-            if not isinstance(doc, dict) or not isinstance(doc.get("nuid"), str):
-                return []  # metadata we cannot read: no chunk is known to be an orphan
-            if not doc.get("deleted"):  # a deleted object's chunks are purged by its delete (orphans if that failed)
-                live.add(doc["nuid"])
-    purged = []
-    for subject in subjects:
-        nuid = subject[len(chunks):]
-        if not subject.startswith(chunks) or nuid in live:
-            continue
-        if _msg_age_s(await js.get_last_msg(stream, subject)) < min_age_s:
-            continue
-        await js.purge_stream(stream, subject=subject)
-        purged.append(nuid)
-    return purged
-
-
 def tel_subject(pop: str, p: int) -> str:
     return f"tailor.tel.{pop}.{p}"
 

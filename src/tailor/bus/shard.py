@@ -255,13 +255,6 @@ class PartitionWorker:
                     await sh.obj.delete(info.name)
                 except Exception:  # noqa: BLE001
                     pass
-        try:  # and chunks no object names (a write interrupted before its metadata), old enough not to be in progress
-            purged = await S.purge_orphan_chunks(sh.js, S.STATE)
-        except Exception as err:  # noqa: BLE001 (tried again at the next takeover)
-            log("bus.orphan_chunks_failed", logging.WARNING, partition=self.p, error=f"{type(err).__name__}: {err}")
-        else:
-            if purged:
-                log("bus.orphan_chunks", logging.WARNING, partition=self.p, purged=len(purged))
 
     async def _load_state(self, name: str | None):
         sh = self.shard

@@ -97,6 +97,20 @@ async def kv_keys(js, bucket: str, prefix: str = "") -> list[str]:
     return sorted(s[len(pre):] for s in (info.state.subjects or {}) if s.startswith(pre + prefix))
 
 
+async def remove_object(js, store, bucket: str, name: str) -> None:
+    """Delete object ``name`` of object store ``bucket`` and purge its delete marker. nats-py's delete leaves the
+    marker (the metadata with ``deleted``) on the name's metadata subject for good, and a partition's state objects
+    are never named twice (``part.<p>.<lease revision>.<write>``): until 2026-12-07 (evening) every state write left
+    one, so the bucket's metadata subjects grew with every cycle (1,500 writes: 1,500 subjects; found by review)."""
+    import base64
+
+    from nats.js.object_store import OBJ_META_PRE_TEMPLATE
+
+    await store.delete(name)
+    subject = OBJ_META_PRE_TEMPLATE.format(bucket=bucket, obj=base64.urlsafe_b64encode(name.encode()).decode())
+    await js.purge_stream(f"OBJ_{bucket}", subject=subject)
+
+
 def tel_subject(pop: str, p: int) -> str:
     return f"tailor.tel.{pop}.{p}"
 

@@ -237,7 +237,7 @@ class PartitionWorker:
         previous, self.state_name = self.state_name, name
         if previous is not None and previous != name:
             try:
-                await sh.obj.delete(previous)
+                await S.remove_object(sh.js, sh.obj, S.STATE, previous)
             except Exception:  # noqa: BLE001 (an orphan: removed at the next takeover)
                 pass
 
@@ -252,7 +252,7 @@ class PartitionWorker:
         for info in infos:
             if S.is_state_object(self.p, info.name) and info.name != self.state_name:
                 try:
-                    await sh.obj.delete(info.name)
+                    await S.remove_object(sh.js, sh.obj, S.STATE, info.name)
                 except Exception:  # noqa: BLE001
                     pass
 
@@ -736,8 +736,13 @@ class Shard:
         self.ttl_read = time.monotonic()
         if ttl_s == self.ttl_s and self._ttl_known:
             return
-        if self._ttl_known:
-            log("bus.heartbeat_ttl", shard=self.cfg.shard_id, ttl_s=ttl_s, was_s=self.ttl_s)
+        if self._ttl_known:  # lowered, this shard released on the longer one until now: the risky direction
+            log("bus.heartbeat_ttl", logging.WARNING if ttl_s < self.ttl_s else logging.INFO, shard=self.cfg.shard_id,
+                ttl_s=ttl_s, was_s=self.ttl_s)
+        if ttl_s <= 2 * self.cfg.heartbeat_s:
+            log("bus.heartbeat_ttl_too_short", logging.ERROR, ttl_s=ttl_s, heartbeat_s=self.cfg.heartbeat_s,
+                note=f"the heartbeat bucket {S.SHARDS}'s TTL leaves no time between heartbeats: every check releases "
+                     f"this shard's partitions; raise its max_age (nats stream edit)")
         self.ttl_s, self._ttl_known = ttl_s, True
         if self.cfg.replicas > 1 and ttl_s < S.REPLICATED_HEARTBEAT_TTL_S:
             log("bus.heartbeat_ttl_short", logging.WARNING, ttl_s=ttl_s, replicas=self.cfg.replicas,
@@ -790,18 +795,18 @@ class Shard:
         return out
 
     async def rebalance(self) -> None:
-        if time.monotonic() - self.ttl_read > TTL_READ_S:
-            try:
-                await self.read_ttl()
-            except (TimeoutError, nats.errors.Error) as err:  # the bus away: the TTL read last stands
-                log("bus.ttl_read_failed", logging.WARNING, error=f"{type(err).__name__}: {err}")
-                self.ttl_read = time.monotonic()
         if time.monotonic() - self.beat_ok > self.ttl_s - 2 * self.cfg.heartbeat_s and self.workers:
             # our heartbeat is about to expire (bus away): the others will take our partitions; stop first
             log("bus.ownership", logging.WARNING, shard=self.cfg.shard_id, lost=sorted(self.workers),
                 reason="heartbeat not taken by the bus")
             await asyncio.gather(*(self._release(p) for p in list(self.workers)))
             return
+        if time.monotonic() - self.ttl_read > TTL_READ_S:  # after the release check: a bus away delays no release
+            try:
+                await self.read_ttl()
+            except (TimeoutError, nats.errors.Error) as err:  # the bus away: the TTL read last stands
+                log("bus.ttl_read_failed", logging.WARNING, error=f"{type(err).__name__}: {err}")
+                self.ttl_read = time.monotonic()
         live = await self.live()
         me = self.cfg.shard_id
         claimants: dict[int, list[str]] = {}

@@ -652,7 +652,7 @@ class Shard:
         self.counts_lock = threading.Lock()
         self.beat_ok = time.monotonic()  # last heartbeat the bus took
         self.ttl_s = S.HEARTBEAT_TTL_S  # the heartbeat bucket's TTL (read at connect, then every TTL_READ_S)
-        self._ttl_known, self.ttl_read = False, 0.0
+        self.ttl_read = 0.0  # when it was last read (0: not yet)
         # messages this shard removed from the stream at its start (setup.remove_strays): unacknowledged ones of
         # partitions >= P (the cluster document recreated with fewer partitions: never folded), and those on subjects
         # that are no partition's
@@ -733,17 +733,17 @@ class Shard:
         bucket's released its partitions after the others could take them)."""
         ttl = (await self.js.stream_info(f"KV_{S.SHARDS}")).config.max_age
         ttl_s = float(ttl) if ttl else S.HEARTBEAT_TTL_S
-        self.ttl_read = time.monotonic()
-        if ttl_s == self.ttl_s and self._ttl_known:
+        known, self.ttl_read = self.ttl_read > 0.0, time.monotonic()
+        if ttl_s == self.ttl_s and known:
             return
-        if self._ttl_known:  # lowered, this shard released on the longer one until now: the risky direction
+        if known:  # lowered, this shard released on the longer one until now: the risky direction
             log("bus.heartbeat_ttl", logging.WARNING if ttl_s < self.ttl_s else logging.INFO, shard=self.cfg.shard_id,
                 ttl_s=ttl_s, was_s=self.ttl_s)
         if ttl_s <= 2 * self.cfg.heartbeat_s:
             log("bus.heartbeat_ttl_too_short", logging.ERROR, ttl_s=ttl_s, heartbeat_s=self.cfg.heartbeat_s,
                 note=f"the heartbeat bucket {S.SHARDS}'s TTL leaves no time between heartbeats: every check releases "
                      f"this shard's partitions; raise its max_age (nats stream edit)")
-        self.ttl_s, self._ttl_known = ttl_s, True
+        self.ttl_s = ttl_s
         if self.cfg.replicas > 1 and ttl_s < S.REPLICATED_HEARTBEAT_TTL_S:
             log("bus.heartbeat_ttl_short", logging.WARNING, ttl_s=ttl_s, replicas=self.cfg.replicas,
                 note=f"the heartbeat bucket {S.SHARDS} (created earlier) has a TTL shorter than a replicated bus's "

@@ -205,12 +205,13 @@ class Feeder:
         batch (``Policy.observe_batch``) at the end."""
         report = FeedReport()
         outcomes: list[tuple] = []
+        watch = self.override_watch()  # once per batch: an override does not begin or end during a feed
         for row in rows:
-            self._feed_one(row, resolver, report, outcomes)
+            self._feed_one(row, resolver, report, outcomes, watch)
         self.policy.observe_batch(outcomes)
         return report
 
-    def _feed_one(self, row, resolver, report: FeedReport, outcomes: list[tuple]) -> None:
+    def _feed_one(self, row, resolver, report: FeedReport, outcomes: list[tuple], watch=None) -> None:
         seq, t, prefix, addr, group, cid, prob, hold, sni, device, done_ms, rtt, goodput, loss, nbytes, asn, region, \
             version = row
         report.rows += 1
@@ -243,7 +244,6 @@ class Feeder:
             report.unknown_group += 1
         else:
             self.guard.observe(table_group, cid, done_ms, hold)
-            watch = self.override_watch()
             if watch is not None and version < watch[0]:  # decided under a table from before the override
                 watch[1].observe(table_group, cid, done_ms, hold)
         (report.holdback if hold else report.treated).add(done_ms)

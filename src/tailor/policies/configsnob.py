@@ -525,9 +525,7 @@ class ArmModels:
         self._gps: dict[tuple, AlphaGP] = {}
         self._orders: dict[str, list[int]] = {}  # design_order=model: each model's own design order
         self._near = (values[:, None, :] != values[None, :, :]).sum(axis=2) <= 1
-        if policy.design == "near":  # the default's one-knob neighbours first, each part in the design's order
-            d = space.default_index
-            self._lhs = sorted(self._lhs, key=lambda c: not (self._near[d, c] and c != d))
+        self._lhs = self._near_first(self._lhs)
 
     def _design(self, gid: str) -> list[int]:
         """The design order model ``gid`` proposes from while it has fewer than two configurations measured."""
@@ -536,11 +534,15 @@ class ArmModels:
         order = self._orders.get(gid)
         if order is None:
             rng = np.random.default_rng([int(self.p.seed or 0), zlib.crc32(gid.encode())])
-            order = self._orders[gid] = self.space.lhs(len(self.space), rng)
-            if self.p.design == "near":
-                d = self.space.default_index
-                order.sort(key=lambda c: not (self._near[d, c] and c != d))
+            order = self._orders[gid] = self._near_first(self.space.lhs(len(self.space), rng))
         return order
+
+    def _near_first(self, order: list[int]) -> list[int]:
+        """``design=near``: the default's one-knob neighbours first, each part in the design's order; else ``order``."""
+        if self.p.design != "near":
+            return order
+        d = self.space.default_index
+        return sorted(order, key=lambda c: not (self._near[d, c] and c != d))
 
     def _table(self, ids, y, cols, ci):
         """(reward per configuration (NaN untried), counts, CF-allowed mask) with the CF reward in place

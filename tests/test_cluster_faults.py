@@ -96,7 +96,7 @@ class Traffic(threading.Thread):
 
 
 async def _bus(cluster):
-    nc = await T.connect(cluster.server.url, "manager", cluster.server.password("manager"))
+    nc = await T.connect(cluster.server.url, "manager", cluster.server.password("manager"), cluster.server.tls_context())
     return nc, nc.jetstream()
 
 

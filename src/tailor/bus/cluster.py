@@ -1,7 +1,7 @@
 """``tailor cluster``: a whole scaled-out deployment on loopback (docs/bus.md).
 
 Starts a nats-server (JetStream, file storage in ``<dir>/nats``, users ``manager`` and ``edge`` with random
-passwords in 0600 files), ``--shards`` manager shards (``tailor manager --bus``, one signing key
+passwords in 0600 files, TLS with a new CA in ``<dir>/nats/pki`` unless ``--bus-tls off``), ``--shards`` manager shards (``tailor manager --bus``, one signing key
 ``<dir>/signing.key`` for all) and ``--edges`` tailor-edge processes reading the tables from the bus, prints
 where everything listens, then a status line every ``--status-every`` seconds (partitions per shard, table
 version per partition). On Ctrl-C, SIGTERM or the end of ``--duration`` it stops what it started, by PID
@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     p.add_argument("--bus-nodes", type=int, default=1,
                    help="nats-servers forming one JetStream cluster (default 1; 3: the stream, buckets and state "
                         "with 3 replicas, so that one server may die)")
+    p.add_argument("--bus-tls", choices=("on", "off"), default="on",
+                   help="TLS on the bus: a new CA, a certificate per nats-server, every client and route TLS, the "
+                        "shards and edges verifying the servers with --bus-ca (default on)")
     p.add_argument("--update-freq", type=float, default=10.0, help="the shards' update period in seconds (default 10)")
     p.add_argument("--policy", default="tailor", help="the shards' policy (default tailor)")
     p.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines (default 5)")
@@ -104,18 +107,21 @@ class Cluster:
         a = self.args
         nodes = getattr(a, "bus_nodes", 1)
         # self.server is set before it starts: stop() stops what a failed or interrupted start left running
+        tls = getattr(a, "bus_tls", "on") == "on"
         if nodes > 1:
-            self.server = NatsCluster(self.dir / "nats", nodes)
+            self.server = NatsCluster(self.dir / "nats", nodes, tls=tls)
             servers = self.server.nodes
         else:
-            self.server = NatsServer(self.dir / "nats")
+            self.server = NatsServer(self.dir / "nats", tls=tls)
             servers = [self.server]
         self.server.start()
         users = self.server.info["users"]
         for n in servers:
             print(f"nats-server  pid {n.proc.pid}  {n.url}  config {n.info['conf']}", flush=True)
-        print(f"bus {self.server.url}  passwords {users['manager']} {users['edge']}", flush=True)
+        print(f"bus {self.server.url}  passwords {users['manager']} {users['edge']}"
+              f"{f'  CA {self.server.ca}' if self.server.ca else '  no TLS'}", flush=True)
         replicas = ["--bus-replicas", str(min(nodes, 3))] if nodes > 1 else []
+        ca = ["--bus-ca", str(self.server.ca)] if self.server.ca else []
         key, pub = _signing_key(self.dir)
         src = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
@@ -124,7 +130,7 @@ class Cluster:
             cmd = [sys.executable, "-m", "tailor", "manager", "--bus", self.server.url, "--shard-id", sid,
                    "--bus-user", "manager", "--bus-password-file", str(users["manager"]), "--data", str(self.dir / sid),
                    "--signing-key", str(key), "--partitions", str(a.partitions), "--update-freq", str(a.update_freq),
-                   "--policy", a.policy, "--metrics-listen", f"127.0.0.1:{mport}", *replicas,
+                   "--policy", a.policy, "--metrics-listen", f"127.0.0.1:{mport}", *replicas, *ca,
                    *getattr(a, "shard_arg", [])]
             proc = self._spawn(sid, cmd, self.dir / sid / "manager.log", env)
             self.shard_metrics[sid] = f"http://127.0.0.1:{mport}/metrics"
@@ -138,7 +144,7 @@ class Cluster:
             for i in range(a.edges):
                 port, mport, d = free_port(), free_port(), self.dir / f"edge-{i}"
                 cmd = [binary, "--bus", self.server.url, "--bus-user", "edge", "--bus-password-file", str(users["edge"]),
-                       "--pop", f"pop{i}", "--table-cache", str(d / "cache"), "--table-pubkey", str(pub),
+                       *ca, "--pop", f"pop{i}", "--table-cache", str(d / "cache"), "--table-pubkey", str(pub),
                        "--self-signed", "--listen", f"127.0.0.1:{port}", "--root", str(root),
                        "--metrics", f"127.0.0.1:{mport}", *getattr(a, "edge_arg", [])]
                 (d / "cache").mkdir(parents=True, exist_ok=True)
@@ -170,7 +176,7 @@ class Cluster:
     async def status(self) -> str:
         from tailor.bus import testing as T
 
-        nc = await T.connect(self.server.url, "manager", self.server.password("manager"))
+        nc = await T.connect(self.server.url, "manager", self.server.password("manager"), self.server.tls_context())
         try:
             js = nc.jetstream()
             hb = await T.heartbeats(js)

@@ -14,6 +14,11 @@ Passwords are random (32 hex digits) and written to ``<dir>/<user>.password`` wi
 :class:`NatsCluster` runs several such servers as one JetStream cluster on loopback (``<dir>/node-<i>``, the same
 users and passwords, routes between them authenticated with a random route password): streams and buckets created
 with 3 replicas survive one server's loss (``tailor cluster --bus-nodes 3``, ``tailor manager --bus-replicas 3``).
+
+With ``tls`` (``tailor.bus.pki``: a CA and a certificate per server), every client connection must be TLS (the
+server's certificate, the clients verify it with ``--bus-ca``) and so must every route (mutual TLS: each node's
+certificate verified by the others against the same CA), so that passwords and telemetry never cross a network in
+clear text.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ import os
 import secrets
 import shutil
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
 
+from tailor.bus import pki
 from tailor.errors import TailorError
 
 TABLES_STREAM = "KV_tailor-tables"
@@ -41,6 +48,7 @@ EDGE_SUBSCRIBE = ["_INBOX.>"]  # request replies and the watch's deliveries
 MANAGER_PUBLISH = ["tailor.>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>"]
 MANAGER_SUBSCRIBE = ["_INBOX.>", "tailor.>", "$KV.>", "$O.>"]
 MAX_PAYLOAD = 8 << 20  # a table envelope up to 8 MiB (telemetry messages stay within the stream's 4 MiB)
+TLS_TIMEOUT_S = 5  # the TLS handshake's deadline on the client port and the routes (nats-server's default is 0.5 s)
 
 
 def nats_server_binary() -> str | None:
@@ -71,22 +79,34 @@ def _list(items: list[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
+def _tls_block(tls: dict, indent: str, verify: bool) -> list[str]:
+    lines = [f"{indent}tls {{", f"{indent}  cert_file: {json.dumps(str(tls['cert']))}",
+             f"{indent}  key_file: {json.dumps(str(tls['key']))}", f"{indent}  timeout: {TLS_TIMEOUT_S}"]
+    if verify:  # the peer must present a certificate the CA signed (the routes: mutual TLS)
+        lines += [f"{indent}  ca_file: {json.dumps(str(tls['ca']))}", f"{indent}  verify: true"]
+    return lines + [f"{indent}}}"]
+
+
 def write_config(directory: Path, port: int, users: bool = True, cluster: dict | None = None,
-                 passwords: dict[str, str] | None = None) -> dict:
+                 passwords: dict[str, str] | None = None, tls: dict | None = None) -> dict:
     """Write ``nats-server.conf`` (and the password files); returns {"conf", "url", "users": {name: file}}.
 
     ``cluster``: {"name", "server", "port", "routes": [route ports of the others], "password"}: this server as one
     node of a JetStream cluster. ``passwords``: the users' passwords (a cluster's nodes share them); random when
-    None."""
+    None. ``tls``: {"cert", "key", "ca"} PEM files: clients must connect with TLS (and verify ``cert`` against
+    ``ca``), and the routes are mutual TLS with the same certificate."""
     directory.mkdir(parents=True, exist_ok=True)
     lines = [f"listen: 127.0.0.1:{port}", f"max_payload: {MAX_PAYLOAD}", "jetstream {",
              f"  store_dir: {json.dumps(str(directory / 'jetstream'))}", "}"]
+    if tls is not None:
+        lines += _tls_block(tls, "", verify=False)
     if cluster is not None:
         routes = ", ".join(json.dumps(f"nats-route://route:{cluster['password']}@127.0.0.1:{p}")
                            for p in cluster["routes"])
         lines += [f"server_name: {json.dumps(cluster['server'])}", "cluster {", f"  name: {json.dumps(cluster['name'])}",
                   f"  listen: 127.0.0.1:{cluster['port']}",
                   f"  authorization {{ user: route, password: {json.dumps(cluster['password'])} }}",
+                  *(_tls_block(tls, "  ", verify=True) if tls is not None else []),
                   f"  routes: [{routes}]", "}"]
     files = {}
     if users:
@@ -109,13 +129,21 @@ class NatsServer:
     """A nats-server child process on loopback; :meth:`stop` kills it by PID and waits for it."""
 
     def __init__(self, directory: Path, port: int | None = None, users: bool = True, cluster: dict | None = None,
-                 passwords: dict[str, str] | None = None):
+                 passwords: dict[str, str] | None = None, tls: dict | bool | None = None):
+        """``tls``: {"cert", "key", "ca"} PEM files; ``True``: a new CA and a certificate for 127.0.0.1 in
+        ``<dir>/pki`` (``self.ca`` is the CA file clients verify the server with)."""
         binary = nats_server_binary()
         if binary is None:
             raise TailorError("nats-server not found (apt-get install nats-server, or set $TAILOR_NATS_SERVER)")
         self.binary, self.dir = binary, Path(directory)
         self.port = port or free_port()
-        self.info = write_config(self.dir, self.port, users, cluster, passwords)
+        if tls is True:
+            ca = pki.make_ca(self.dir / "pki")
+            cert, key = pki.issue(self.dir / "pki", ca, "server")
+            tls = {"cert": cert, "key": key, "ca": ca[0]}
+        self.tls: dict | None = tls or None
+        self.ca: Path | None = Path(self.tls["ca"]) if self.tls else None
+        self.info = write_config(self.dir, self.port, users, cluster, passwords, self.tls)
         self.url = self.info["url"]
         self.proc: subprocess.Popen | None = None
 
@@ -139,6 +167,10 @@ class NatsServer:
     def password(self, user: str) -> str:
         return self.info["users"][user].read_text().strip()
 
+    def tls_context(self) -> ssl.SSLContext | None:
+        """A client's TLS context for this server (None without TLS)."""
+        return pki.client_context(pki.read_ca(self.ca)) if self.ca else None
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
@@ -160,17 +192,27 @@ class NatsCluster:
     passwords on each); ``url`` lists every node (clients fail over between them). :meth:`start` returns once a
     JetStream request is answered (the cluster has a meta leader); :meth:`stop` stops every node by PID."""
 
-    def __init__(self, directory: Path, nodes: int = 3, users: bool = True):
+    def __init__(self, directory: Path, nodes: int = 3, users: bool = True, tls: bool = False):
+        """``tls``: a new CA in ``<dir>/pki`` and a certificate per node: clients and routes TLS (``self.ca``)."""
         if nodes < 1:
             raise TailorError(f"a JetStream cluster needs at least one node, got {nodes}")
         self.dir = Path(directory)
         ports = [(free_port(), free_port()) for _ in range(nodes)]
         route_password = secrets.token_hex(16)
         passwords = {"manager": secrets.token_hex(16), "edge": secrets.token_hex(16)} if users else None
+        ca = pki.make_ca(self.dir / "pki") if tls else None
+        self.ca: Path | None = ca[0] if ca else None
+
+        def node_tls(i: int) -> dict | None:
+            if ca is None:
+                return None
+            cert, key = pki.issue(self.dir / "pki", ca, f"node-{i}")
+            return {"cert": cert, "key": key, "ca": ca[0]}
+
         self.nodes = [NatsServer(self.dir / f"node-{i}", port=client, users=users, passwords=passwords,
                                  cluster={"name": "tailor", "server": f"node-{i}", "port": route,
                                           "routes": [r for j, (_, r) in enumerate(ports) if j != i],
-                                          "password": route_password})
+                                          "password": route_password}, tls=node_tls(i))
                       for i, (client, route) in enumerate(ports)]
         self.info = self.nodes[0].info  # the users' password files (every node's hold the same passwords)
         self.url = ",".join(n.url for n in self.nodes)
@@ -205,7 +247,8 @@ class NatsCluster:
         async def ask(url: str) -> bool:
             user = "manager" if self.info["users"] else None
             nc = await nats.connect(servers=[url], user=user, password=self.password("manager") if user else None,
-                                    connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False)
+                                    connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
+                                    tls=self.tls_context())
             try:
                 await nc.jetstream().account_info()
                 return True
@@ -230,6 +273,9 @@ class NatsCluster:
 
     def password(self, user: str) -> str:
         return self.nodes[0].password(user)
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        return pki.client_context(pki.read_ca(self.ca)) if self.ca else None
 
     def stop(self) -> None:
         for n in self.nodes:

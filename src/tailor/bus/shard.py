@@ -40,6 +40,7 @@ import nats
 from nats.js.errors import (APIError, KeyDeletedError, KeyNotFoundError, KeyWrongLastSequenceError, NoStreamResponseError,
                              NotFoundError, ServiceUnavailableError)
 
+from tailor.bus import pki
 from tailor.bus import setup as S
 from tailor.bus.partition import owner, partition
 from tailor.bus.state import MAX_STATE_BYTES, StateError, Watermark, open_sealed, seal, state_key
@@ -80,6 +81,7 @@ class ShardConfig:
     metrics_listen: tuple[str, int] | None = None  # GET /metrics and /healthz on this address (tailor.bus.metrics)
     metrics_tls: tuple[str, str] | None = None  # (certificate chain, key) PEM files: the endpoint serves HTTPS
     replicas: int = 1  # copies of the stream and buckets this shard creates (a JetStream cluster: 3)
+    bus_ca: str | None = None  # PEM text of the CA(s) the bus servers' certificates chain to: TLS to the bus (--bus-ca)
 
     def __post_init__(self):
         if not SHARD_ID_RE.fullmatch(self.shard_id or ""):
@@ -677,6 +679,7 @@ class Shard:
         cfg = self.cfg
         try:  # a few attempts at the start (one clear error), then reconnect forever once connected
             self.nc = await nats.connect(servers=cfg.servers, user=cfg.user, password=cfg.password,
+                                         tls=pki.client_context(cfg.bus_ca) if cfg.bus_ca else None,
                                          name=f"tailor-manager-{cfg.shard_id}", max_reconnect_attempts=CONNECT_ATTEMPTS,
                                          reconnect_time_wait=1, connect_timeout=5, error_cb=_bus_error,
                                          disconnected_cb=_bus_event("bus.disconnected"),

@@ -63,10 +63,11 @@ class EdgePublisher:
                                      headers={"Nats-Msg-Id": f"{self.source}/{self.nonce}/{seq}"})
 
 
-async def connect(url: str, user: str | None = None, password: str | None = None):
-    """A connection to ``url`` (``nats://HOST:PORT[,nats://...]``: a cluster's nodes)."""
+async def connect(url: str, user: str | None = None, password: str | None = None, tls=None):
+    """A connection to ``url`` (``nats://HOST:PORT[,nats://...]``: a cluster's nodes); ``tls``: the servers'
+    ``tls_context()`` when they require TLS."""
     return await nats.connect(servers=url.split(","), user=user, password=password, max_reconnect_attempts=2,
-                              connect_timeout=3)
+                              connect_timeout=3, tls=tls)
 
 
 async def kv_values(js, bucket: str, prefix: str) -> dict[str, bytes]:

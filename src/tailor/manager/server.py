@@ -95,6 +95,10 @@ def add_arguments(p) -> None:
                         "partition's manager metrics) and GET /healthz, read-only, on HOST:PORT (default: none)")
     p.add_argument("--bus-user", metavar="NAME", help="NATS user (with --bus-password-file)")
     p.add_argument("--bus-password-file", metavar="FILE", help="file holding the NATS user's password")
+    p.add_argument("--bus-ca", metavar="FILE",
+                   help="with --bus: PEM file of the CA certificate(s) the bus servers' certificates chain to; the "
+                        "connection is then TLS and verifies the server (docs/bus.md, Security) (default: no TLS, "
+                        "or the system's CAs for tls:// URLs)")
     p.add_argument("--partitions", type=int, default=None,
                    help="partition count when this shard creates the cluster document (default 6, at most 256); "
                         "a shard given a count the existing document does not say stops with an error")
@@ -216,6 +220,7 @@ def run(args) -> int:
         return run_bus(args)
     check(not getattr(args, "metrics_listen", None), "tailor manager", "metrics-listen",
           "given with --bus only (a manager without the bus serves GET /metrics on --listen)", args.metrics_listen)
+    check(not getattr(args, "bus_ca", None), "tailor manager", "bus-ca", "given with --bus only", args.bus_ca)
     host, port = parse_listen(args.listen)
     cfg = config_from_args(args)
     check(not cfg.insecure_dev or _is_loopback(host), "tailor manager", "listen",
@@ -256,6 +261,7 @@ def _check_descriptors(max_connections: int) -> None:
 def run_bus(args) -> int:
     """``tailor manager --bus``: one shard (tailor.bus.shard); no API listener, so no credential is needed (the
     ``--metrics-listen`` endpoint is read-only)."""
+    from tailor.bus import pki
     from tailor.bus.partition import MAX_PARTITIONS
     from tailor.bus.shard import ShardConfig, parse_servers, run_shard
 
@@ -272,6 +278,7 @@ def run_bus(args) -> int:
         except OSError as err:
             raise param_error("tailor manager", "bus-password-file", "a readable file", f"{args.bus_password_file} ({err})") from None
         check(bool(password), "tailor manager", "bus-password-file", "a file holding a password", args.bus_password_file)
+    bus_ca = pki.read_ca(args.bus_ca) if args.bus_ca else None
     base = config_from_args(argparse.Namespace(**dict(vars(args), insecure_dev=True)))
     logs.setup(logging.INFO)
     metrics_listen = parse_listen(args.metrics_listen, "metrics-listen") if args.metrics_listen else None
@@ -283,7 +290,8 @@ def run_bus(args) -> int:
         _check_tls(*metrics_tls)
     cfg = ShardConfig(servers=parse_servers(args.bus), shard_id=args.shard_id, data_dir=args.data, base=base,
                       user=args.bus_user, password=password, partitions=args.partitions, ack_wait_s=args.bus_ack_wait,
-                      metrics_listen=metrics_listen, metrics_tls=metrics_tls, replicas=args.bus_replicas)
+                      metrics_listen=metrics_listen, metrics_tls=metrics_tls, replicas=args.bus_replicas,
+                      bus_ca=bus_ca)
     logs.log("manager.start", bus=cfg.servers, shard=cfg.shard_id, data=cfg.data_dir, policy=base.policy,
              space=base.space)
     return run_shard(cfg)

@@ -199,3 +199,88 @@ async def _archived(js, n: int):
     total = sum(a["records"] for a in (await T.archives(js)).values())
     assert total <= n, f"{total} records folded, {n} published"
     return total == n
+
+
+def test_a_bus_that_loses_its_majority_acknowledges_nothing_and_folds_everything_once_it_returns(tmp_path):
+    """Two of three nats-servers killed (kill -9): JetStream has no quorum, so no publish is acknowledged (an edge
+    keeps its batches and retries them under the same message id) and the shard can neither pull nor commit. Both
+    servers restarted on their stores: every batch is acknowledged, every acknowledged record folded exactly once,
+    and the shard, which kept running, owns its partitions again."""
+    cluster = NatsCluster(tmp_path / "nats", nodes=3).start()
+    log = open(tmp_path / "shard.log", "ab")
+    shard = subprocess.Popen(
+        [sys.executable, "-m", "tailor", "manager", "--bus", cluster.url, "--shard-id", "a", "--bus-user", "manager",
+         "--bus-password-file", str(cluster.info["users"]["manager"]), "--data", str(tmp_path / "a"),
+         "--update-freq", "1", "--bus-ack-wait", "2", "--partitions", str(P), "--bus-replicas", "3",
+         "--policy", "configanator"],
+        stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=SRC))
+    log.close()
+    outage_s = 20.0
+    figures = {}
+    try:
+        async def scenario():
+            nc, enc = await _connect(cluster, "manager"), await _connect(cluster, "edge")
+            js, pub = nc.jetstream(), T.EdgePublisher(enc.jetstream(), source="edge-m")
+            try:
+                await _until("the shard owning both partitions", lambda: _owns(js), 60, shard)
+                recs = T.records(BATCHES * PER_BATCH)
+                batches = [(p, rs) for p, rs in T.group(recs, P, chunk=PER_BATCH)]
+                half = len(batches) // 2
+                for seq, (p, rs) in enumerate(batches[:half], 1):
+                    await _publish_acknowledged(pub, p, rs, seq)
+                await _until(f"{half * PER_BATCH} records folded", lambda: _archived(js, half * PER_BATCH), 60, shard)
+                down = cluster.nodes[1:]
+                for n in down:
+                    n.proc.kill()  # kill -9: two of three, the majority
+                    n.proc.wait()
+                killed = time.monotonic()
+                acked_in_outage = 0
+                while time.monotonic() - killed < outage_s:  # the edge retrying its next batch all along
+                    p, rs = batches[half]
+                    try:
+                        await pub.publish(p, rs, seq=half + 1)
+                        acked_in_outage += 1
+                    except Exception:  # noqa: BLE001 (no quorum: a timeout or no responders)
+                        pass
+                    await asyncio.sleep(0.5)
+                figures["acknowledged_without_quorum"] = acked_in_outage
+                for n in down:
+                    n.start()
+                back = time.monotonic()
+                waits = [await _publish_acknowledged(pub, p, rs, seq, timeout_s=90)
+                         for seq, (p, rs) in enumerate(batches[half:], half + 1)]
+                figures.update(first_ack_after_return_s=round(waits[0], 1),
+                               all_acked_after_return_s=round(time.monotonic() - back, 1))
+                await _until(f"{len(recs)} records folded", lambda: _archived(js, len(recs)), 120, shard)
+                await _until("the shard owning both partitions again", lambda: _owns(js), 60, shard)
+                figures["all_folded_after_return_s"] = round(time.monotonic() - back, 1)
+                return recs
+            finally:
+                await nc.close()
+                await enc.close()
+
+        recs = asyncio.run(scenario())
+        shard.send_signal(signal.SIGTERM)
+        assert shard.wait(timeout=60) == 0
+
+        async def folded() -> int:
+            nc = await _connect(cluster, "manager")
+            try:
+                return sum(a["records"] for a in (await T.archives(nc.jetstream())).values())
+            finally:
+                await nc.close()
+
+        assert asyncio.run(folded()) == len(recs)  # folded once, the final cycle included
+        log_text = (tmp_path / "shard.log").read_text()
+        # without quorum the heartbeat is not taken: the shard lets its partitions go (their last state write fails,
+        # nothing is acknowledged after the last durable state) and takes them over again once the bus is back
+        figures.update(releases=log_text.count('"event": "bus.released"') + log_text.count('"bus.release_failed"') - P,
+                       retakes=log_text.count('"event": "bus.takeover"') - P,
+                       deferred=log_text.count('"bus.commit_deferred"'))
+        print("three-node bus, majority lost for", outage_s, "s:", figures)
+        assert figures["acknowledged_without_quorum"] == 0, figures
+    finally:
+        if shard.poll() is None:
+            shard.kill()
+            shard.wait()
+        cluster.stop()

@@ -23,7 +23,7 @@ const usage = `usage:
                    [--pin DIR] [--full-address] [--poll DUR] [--table-pubkey F] [--manager-ca F]
                    [--telemetry-buffer-bytes N] [--metrics HOST:PORT] [-- server command...]
   tailor-agent run --bus nats://HOST:PORT --table-pubkey F [--bus-user U --bus-password-file F]
-                   [--pop NAME] [--table-cache DIR] ... [-- server command...]
+                   [--bus-ca F] [--pop NAME] [--table-cache DIR] ... [-- server command...]
   tailor-agent check TABLE        validate and compile a table, print what the TCP layer applies
   tailor-agent cleanup --pin DIR [--cgroup PATH]
   tailor-agent bench lpm|conn [flags]   (see bench/agent/run.sh)
@@ -74,6 +74,7 @@ func runCmd(args []string) error {
 	fs.StringVar(&cfg.Bus, "bus", "", "nats://HOST:PORT[,nats://...]: tables and telemetry over NATS JetStream (docs/bus.md); not with --table/--telemetry-*; needs --table-pubkey")
 	fs.StringVar(&cfg.BusUser, "bus-user", "", "--bus user name")
 	fs.StringVar(&cfg.BusPasswordFile, "bus-password-file", "", "file holding the --bus user's password (first line)")
+	fs.StringVar(&cfg.BusCA, "bus-ca", "", "PEM file of the CA certificate(s) that signed the --bus servers' certificates: TLS required, server verified (default: tls:// URLs against the system roots)")
 	fs.StringVar(&cfg.Pop, "pop", "default", "--bus: point of presence, [a-z0-9-]{1,32} (telemetry subject tailor.tel.<pop>.<partition>)")
 	fs.StringVar(&cfg.TableCache, "table-cache", "", "--bus: directory for the last good tables (loaded at start before the bus answers)")
 	_ = fs.Parse(args)

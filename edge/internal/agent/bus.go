@@ -36,6 +36,8 @@ func (c *Config) CheckBus() error {
 			return fmt.Errorf("%w: --bus-user needs --bus", ErrAgent)
 		case c.BusPasswordFile != "":
 			return fmt.Errorf("%w: --bus-password-file needs --bus", ErrAgent)
+		case c.BusCA != "":
+			return fmt.Errorf("%w: --bus-ca needs --bus", ErrAgent)
 		case c.Pop != bus.DefaultPop:
 			return fmt.Errorf("%w: --pop needs --bus", ErrAgent)
 		case c.TableCache != "":
@@ -83,7 +85,7 @@ func OpenBus(cfg *Config) (*Bus, error) {
 		return nil, fmt.Errorf("%w: %v", ErrAgent, err)
 	}
 	nc, err := bus.Connect(bus.Options{URLs: cfg.Bus, User: cfg.BusUser, PasswordFile: cfg.BusPasswordFile,
-		Name: "tailor-agent " + cfg.Source, Log: logger})
+		CAFile: cfg.BusCA, Name: "tailor-agent " + cfg.Source, Log: logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrAgent, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -41,12 +42,40 @@ func TestAgentBusFlags(t *testing.T) {
 		{agent.Config{Bus: "nats://127.0.0.1:1", TablePubKey: "k", Pop: "A B"}, "--pop"},
 		{agent.Config{BusUser: "edge"}, "--bus-user needs --bus"},
 		{agent.Config{TableCache: "cache"}, "--table-cache needs --bus"},
+		{agent.Config{BusCA: "ca.pem"}, "--bus-ca needs --bus"},
 		{agent.Config{Bus: "nats://127.0.0.1:1", TablePubKey: "k", BusUser: "edge"}, "--bus-password-file"},
 	}
 	for _, c := range cases {
 		if err := c.cfg.CheckBus(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error naming %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// TestAgentBusCA: --bus-ca reaches the connection: a missing file is one
+// error naming it, and with the server's CA the agent's connection to a
+// server that requires TLS comes up (no privileges: no BPF is loaded).
+func TestAgentBusCA(t *testing.T) {
+	srv := bustest.StartWith(t, bustest.Options{Auth: true, TLS: true})
+	k := bustest.NewKey(t)
+	logs := &lockedBuf{}
+	cfg := agent.Config{Bus: srv.URL(), TablePubKey: k.PubFile, BusUser: bustest.EdgeUser, BusPasswordFile: srv.PasswordFile(bustest.EdgeUser),
+		BusCA: filepath.Join(t.TempDir(), "none.pem"), Log: logs}
+	if b, err := agent.OpenBus(&cfg); err == nil || !strings.Contains(err.Error(), "--bus-ca") {
+		if b != nil {
+			b.Close()
+		}
+		t.Fatalf("missing --bus-ca file: %v, want an error naming --bus-ca", err)
+	}
+	cfg.BusCA = srv.CAFile()
+	b, err := agent.OpenBus(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	waitFor(t, "connected over TLS", b.NC.IsConnected)
+	if st, err := b.NC.TLSConnectionState(); err != nil || len(st.VerifiedChains) == 0 {
+		t.Fatalf("not TLS with a verified chain: %v; log:\n%s", err, logs.String())
 	}
 }
 

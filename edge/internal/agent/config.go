@@ -65,6 +65,10 @@ type Config struct {
 	Bus string
 	// BusUser and BusPasswordFile authenticate to the bus. Default "" (none).
 	BusUser, BusPasswordFile string
+	// BusCA is --bus-ca: PEM CA certificate(s) that signed the bus servers'
+	// certificates; set, TLS is required and the server verified. Default
+	// "" (tls:// URLs against the system roots).
+	BusCA string
 	// Pop is the telemetry subject's point of presence. Default "default".
 	Pop string
 	// TableCache is a directory for the last good tables (--bus), loaded at

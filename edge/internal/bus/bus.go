@@ -7,14 +7,18 @@ package bus
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -67,12 +71,23 @@ type Options struct {
 	PasswordFile string      // --bus-password-file
 	Name         string      // client name shown by the server
 	Log          *log.Logger // connects and disconnects; default log.Default()
+	// CAFile is --bus-ca: PEM CA certificate(s) that signed the bus
+	// servers' certificates. Set, every connection is TLS (a nats:// URL
+	// too: a server that does not offer TLS is refused, not spoken to in
+	// clear text) and the server's certificate must verify against these
+	// CAs for the URL's host (an IP host against the IP SANs). "" = nats://
+	// as the server offers, tls:// against the system roots.
+	CAFile string
 	// ReconnectWait is the pause between reconnect attempts; default 1 s.
 	ReconnectWait time.Duration
 }
 
 // maxPasswordBytes bounds --bus-password-file.
 const maxPasswordBytes = 1024
+
+// maxCABytes bounds --bus-ca: a CA bundle is a few KiB; a larger file is
+// a wrong path (a log, a disk image), refused rather than read.
+const maxCABytes = 1 << 20
 
 // CheckURLs validates --bus: a comma-separated list of nats:// or tls://
 // URLs with a host and a port.
@@ -115,6 +130,28 @@ func ReadPassword(path string) (string, error) {
 	return string(pw), nil
 }
 
+// ReadCA reads --bus-ca (at most 1 MiB, at least one PEM certificate)
+// into a pool of roots.
+func ReadCA(path string) (*x509.CertPool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--bus-ca: %v", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxCABytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("--bus-ca %s: %v", path, err)
+	}
+	if len(data) > maxCABytes {
+		return nil, fmt.Errorf("--bus-ca %s: larger than %d bytes", path, maxCABytes)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("--bus-ca %s: no PEM certificate (want the CA certificate(s) that signed the bus servers' certificates)", path)
+	}
+	return pool, nil
+}
+
 // Connect opens the connection. It does not wait for the server: with no
 // server reachable it returns at once and keeps trying (RetryOnFailedConnect,
 // unlimited reconnects), so an edge starts without a bus.
@@ -131,14 +168,31 @@ func Connect(o Options) (*nats.Conn, error) {
 	if wait <= 0 {
 		wait = time.Second
 	}
+	failed := &seenErrors{}
 	opts := []nats.Option{
 		nats.Name(o.Name),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(wait),
 		nats.ReconnectJitter(wait/4, wait/4),
-		nats.ConnectHandler(func(c *nats.Conn) { logger.Printf("bus: connected to %s", c.ConnectedUrlRedacted()) }),
-		nats.ReconnectHandler(func(c *nats.Conn) { logger.Printf("bus: reconnected to %s", c.ConnectedUrlRedacted()) }),
+		nats.ConnectHandler(func(c *nats.Conn) {
+			failed.reset()
+			logger.Printf("bus: connected to %s", c.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			failed.reset()
+			logger.Printf("bus: reconnected to %s", c.ConnectedUrlRedacted())
+		}),
+		// Why an attempt failed (a certificate --bus-ca does not verify, a
+		// server without TLS, a refused dial), once per distinct reason
+		// until the next connection: without it a wrong --bus-ca showed only
+		// "not reachable yet"; without the dedup a server down wrote a line
+		// per attempt.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil && failed.first(err.Error()) {
+				logger.Printf("bus: cannot connect: %v", err)
+			}
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				logger.Printf("bus: disconnected: %v", err)
@@ -166,6 +220,17 @@ func Connect(o Options) (*nats.Conn, error) {
 		}
 		opts = append(opts, nats.UserInfo(o.User, pw))
 	}
+	if o.CAFile != "" {
+		// read once: a CA rotation takes a restart, as the password does
+		pool, err := ReadCA(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBus, err)
+		}
+		// Secure: TLS even on a nats:// URL whose server does not require
+		// it (nats.go then refuses the server rather than downgrade);
+		// ServerName stays empty: nats.go sets it to each URL's host.
+		opts = append(opts, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	}
 	nc, err := nats.Connect(strings.Join(urls, ","), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --bus %s: %v", ErrBus, o.URLs, err)
@@ -174,6 +239,37 @@ func Connect(o Options) (*nats.Conn, error) {
 		logger.Printf("bus: %s not reachable yet; retrying in the background", o.URLs)
 	}
 	return nc, nil
+}
+
+// seenErrors are the failed-attempt messages logged since the last
+// connection (at most maxSeenErrors: several URLs each failing their own
+// way are a handful; beyond the bound nothing more is logged until a
+// connection).
+type seenErrors struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+const maxSeenErrors = 32
+
+// first reports whether msg is new since the last reset (and records it).
+func (s *seenErrors) first(msg string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[msg] || len(s.seen) >= maxSeenErrors {
+		return false
+	}
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	s.seen[msg] = true
+	return true
+}
+
+func (s *seenErrors) reset() {
+	s.mu.Lock()
+	s.seen = nil
+	s.mu.Unlock()
 }
 
 // Publisher publishes telemetry batches to JetStream (telemetry.Publisher).

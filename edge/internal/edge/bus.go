@@ -21,7 +21,7 @@ func (s *Server) setupBus() error {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	nc, err := bus.Connect(bus.Options{URLs: s.cfg.Bus, User: s.cfg.BusUser, PasswordFile: s.cfg.BusPasswordFile,
-		Name: "tailor-edge " + s.cfg.Source, Log: s.Log})
+		CAFile: s.cfg.BusCA, Name: "tailor-edge " + s.cfg.Source, Log: s.Log})
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}

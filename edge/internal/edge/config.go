@@ -64,6 +64,7 @@ type Config struct {
 	Bus             string // --bus nats://HOST:PORT[,...]: tables and telemetry over NATS JetStream (docs/bus.md); default "" (HTTP)
 	BusUser         string // --bus-user; default "" (no authentication)
 	BusPasswordFile string // --bus-password-file; default ""
+	BusCA           string // --bus-ca: PEM CA certificate(s) of the bus servers; TLS required and verified; default "" (tls:// URLs: system roots)
 	Pop             string // --pop: telemetry subject tailor.tel.<pop>.<partition>; default "default"
 	TableCache      string // --table-cache DIR: last good tables, loaded at start before the bus or manager answers; default "" (none)
 }
@@ -128,7 +129,7 @@ func CheckBusFlags(c *Config) error {
 // checkBus: the --bus flags go together (one error naming the flag).
 func (c *Config) checkBus() error {
 	if c.Bus == "" {
-		for flag, v := range map[string]string{"--bus-user": c.BusUser, "--bus-password-file": c.BusPasswordFile} {
+		for flag, v := range map[string]string{"--bus-user": c.BusUser, "--bus-password-file": c.BusPasswordFile, "--bus-ca": c.BusCA} {
 			if v != "" {
 				return fmt.Errorf("%w: %s needs --bus", ErrConfig, flag)
 			}

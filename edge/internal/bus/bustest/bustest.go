@@ -61,6 +61,8 @@ type Server struct {
 	StreamMaxBytes int64
 	// Partitions is P of TAILOR_TELEMETRY's subjects in Setup (Subjects).
 	Partitions int
+	// TLS: the server requires TLS with a certificate of CAFile's CA.
+	TLS bool
 
 	ManagerPass, EdgePass string
 
@@ -72,7 +74,8 @@ type Server struct {
 	log  *os.File
 }
 
-// URL is nats://127.0.0.1:<port>.
+// URL is nats://127.0.0.1:<port> (with TLS too: nats.go upgrades when the
+// server requires it).
 func (s *Server) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.Port) }
 
 // Binary is the nats-server to run: $TAILOR_NATS_SERVER or nats-server on
@@ -105,6 +108,10 @@ type Options struct {
 	// partitions (Subjects); 0 = tailor.tel.> (every subject the edge user
 	// may publish on: the stream before 2026-12-07, which refused none).
 	Partitions int
+	// TLS: a CA and a server certificate it signed for 127.0.0.1 and
+	// localhost are made in Dir; the server requires TLS from every client
+	// (CAFile is the CA; Connect trusts it).
+	TLS bool
 }
 
 // StartWith is Start with options.
@@ -115,7 +122,10 @@ func StartWith(t testing.TB, o Options) *Server {
 	if bin == "" {
 		t.Skip("nats-server not found (install Debian's nats-server or set TAILOR_NATS_SERVER): the bus tests need a real server")
 	}
-	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth, MaxPayload: o.MaxPayload, StreamMaxBytes: o.StreamMaxBytes, Partitions: o.Partitions}
+	s := &Server{t: t, bin: bin, Port: FreePort(t), StoreDir: t.TempDir(), Dir: t.TempDir(), Auth: auth, MaxPayload: o.MaxPayload, StreamMaxBytes: o.StreamMaxBytes, Partitions: o.Partitions, TLS: o.TLS}
+	if o.TLS {
+		writeTLS(t, s.Dir) // once: a Restart keeps the CA its clients trust
+	}
 	if auth {
 		s.ManagerPass, s.EdgePass = "manager-secret-1", "edge-secret-2"
 		for name, pw := range map[string]string{"manager.pw": s.ManagerPass, "edge.pw": s.EdgePass} {
@@ -136,6 +146,10 @@ func (s *Server) config() string {
 	c := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q }\n", s.Port, s.StoreDir)
 	if s.MaxPayload > 0 {
 		c += fmt.Sprintf("max_payload: %d\n", s.MaxPayload)
+	}
+	if s.TLS {
+		c += fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n  timeout: 5\n}\n",
+			filepath.Join(s.Dir, certFileName), filepath.Join(s.Dir, keyFileName))
 	}
 	if s.Auth {
 		c += fmt.Sprintf(`authorization {
@@ -224,12 +238,16 @@ func (s *Server) Violations() []string {
 	return out
 }
 
-// Connect is a manager connection (closed in t.Cleanup).
+// Connect is a manager connection (closed in t.Cleanup); with TLS it
+// trusts CAFile.
 func (s *Server) Connect(t testing.TB) *nats.Conn {
 	t.Helper()
 	var opts []nats.Option
 	if s.Auth {
 		opts = append(opts, nats.UserInfo(ManagerUser, s.ManagerPass))
+	}
+	if s.TLS {
+		opts = append(opts, nats.RootCAs(s.CAFile()))
 	}
 	nc, err := nats.Connect(s.URL(), opts...)
 	if err != nil {

@@ -86,6 +86,47 @@ def test_a_tls_bus_takes_only_clients_that_verify_its_certificate(tmp_path):
         asyncio.run(scenario(srv))
 
 
+def test_a_client_given_tls_never_speaks_to_a_server_in_clear_text(tmp_path):
+    """nats-py upgrades only when the server's INFO asks for TLS: with --bus-ca (or a tls:// URL) a server without TLS
+    (or anyone in the path removing the flag) would get the CONNECT, password included, in clear text. The bus's
+    client refuses it before the CONNECT; without TLS asked for, a plain server is still spoken to."""
+    ca = pki.make_ca(tmp_path / "ca")
+    ctx = pki.client_context(pki.read_ca(ca[0]))
+
+    async def scenario(srv):
+        for servers, tls in (([srv.url], ctx), ([srv.url.replace("nats://", "tls://")], None)):
+            with pytest.raises(Exception, match="does not offer TLS"):
+                await asyncio.wait_for(pki.connect(servers, tls, user="edge", password=srv.password("edge"),
+                                                   allow_reconnect=False, max_reconnect_attempts=0,
+                                                   connect_timeout=3), 20)
+        nc = await pki.connect([srv.url], None, user="edge", password=srv.password("edge"), connect_timeout=3)
+        assert nc.is_connected
+        await nc.close()
+
+    with NatsServer(tmp_path / "plain") as srv:
+        asyncio.run(scenario(srv))
+
+
+def test_the_ca_file_is_read_for_its_certificates_only(tmp_path):
+    """A bundle with comments in any encoding between its certificates loads (as Go's reader takes it); a file with
+    a private key in it is refused (it does not belong on every client), as is one without a certificate."""
+    ca = pki.make_ca(tmp_path / "ca")
+    other = pki.make_ca(tmp_path / "other")
+    bundle = tmp_path / "bundle.pem"
+    bundle.write_bytes("# Tailor's bus CA, Zürich\n".encode("latin-1") + ca[0].read_bytes() + b"\xff\xfe notes\n"
+                       + other[0].read_bytes())
+    text = pki.read_ca(bundle)
+    assert text.count("BEGIN CERTIFICATE") == 2 and text.isascii()
+    with_key = tmp_path / "with-key.pem"
+    with_key.write_bytes(ca[0].read_bytes() + ca[1].read_bytes())
+    with pytest.raises(Exception, match="'bus-ca' parameter .* must be a PEM file of CA certificates only"):
+        pki.read_ca(with_key)
+    garbled = tmp_path / "garbled.pem"
+    garbled.write_bytes(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    with pytest.raises(Exception, match="'bus-ca' parameter .* must be a PEM file of CA certificates"):
+        pki.read_ca(garbled)
+
+
 def test_a_clusters_routes_are_mutual_tls_and_replicate(tmp_path):
     """Every route port is TLS from the first byte and asks for the peer's certificate (a node without one of the
     CA cannot join), and a 3-replica stream is created and written over the routes (they work)."""

@@ -140,6 +140,7 @@ class NatsServer:
         if tls is True:
             ca = pki.make_ca(self.dir / "pki")
             cert, key = pki.issue(self.dir / "pki", ca, "server")
+            ca[1].unlink()  # the CA signed what it had to: its key is not left on disk
             tls = {"cert": cert, "key": key, "ca": ca[0]}
         self.tls: dict | None = tls or None
         self.ca: Path | None = Path(self.tls["ca"]) if self.tls else None
@@ -214,6 +215,8 @@ class NatsCluster:
                                           "routes": [r for j, (_, r) in enumerate(ports) if j != i],
                                           "password": route_password}, tls=node_tls(i))
                       for i, (client, route) in enumerate(ports)]
+        if ca is not None:
+            ca[1].unlink()  # every node's certificate is signed: the CA's key is not left on disk
         self.info = self.nodes[0].info  # the users' password files (every node's hold the same passwords)
         self.url = ",".join(n.url for n in self.nodes)
 
@@ -242,13 +245,11 @@ class NatsCluster:
         """Every node, asked on its own, answers $JS.API.INFO (as the manager user, when there are users)."""
         import asyncio
 
-        import nats
-
         async def ask(url: str) -> bool:
             user = "manager" if self.info["users"] else None
-            nc = await nats.connect(servers=[url], user=user, password=self.password("manager") if user else None,
-                                    connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
-                                    tls=self.tls_context())
+            nc = await pki.connect(servers=[url], user=user, password=self.password("manager") if user else None,
+                                   connect_timeout=2, max_reconnect_attempts=0, allow_reconnect=False,
+                                   tls=self.tls_context())
             try:
                 await nc.jetstream().account_info()
                 return True

@@ -12,19 +12,25 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 import ssl
 from pathlib import Path
+
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
 
 from tailor.errors import param_error
 
 MAX_CA_BYTES = 1 << 20  # a CA bundle is a few KiB; a larger --bus-ca file is refused, not read
 VALID_DAYS = 365
+PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----")
 
 
 def _write_key(path: Path, key) -> None:
     from cryptography.hazmat.primitives import serialization
 
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # a file that existed keeps its mode through O_CREAT
     with os.fdopen(fd, "wb") as f:
         f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                   serialization.NoEncryption()))
@@ -113,12 +119,15 @@ def read_ca(path: str | os.PathLike, command: str = "tailor manager", param: str
         raise refuse("a readable PEM file of CA certificates", f"{os.fspath(path)} ({err.strerror})") from None
     if len(data) > MAX_CA_BYTES:
         raise refuse(f"a PEM file of at most {MAX_CA_BYTES} bytes", f"{os.fspath(path)} (larger)")
-    text = data.decode("ascii", "replace")
-    if "-----BEGIN CERTIFICATE-----" not in text:
+    if b"PRIVATE KEY-----" in data:  # a bundle with a key in it: the key does not belong on every client
+        raise refuse("a PEM file of CA certificates only", f"{os.fspath(path)} (it holds a private key)")
+    blocks = PEM_CERT.findall(data)  # comments and explanatory text between them (any encoding) are left out
+    if not blocks:
         raise refuse("a PEM file of CA certificates", f"{os.fspath(path)} (no certificate in it)")
+    text = "\n".join(b.decode("ascii") for b in blocks) + "\n"
     try:
         ssl.create_default_context(cadata=text)
-    except (ssl.SSLError, ValueError) as err:
+    except (ssl.SSLError, ValueError, TypeError) as err:
         raise refuse("a PEM file of CA certificates", f"{os.fspath(path)} ({err})") from None
     return text
 
@@ -129,3 +138,33 @@ def client_context(ca_pem: str) -> ssl.SSLContext:
     ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH, cadata=ca_pem)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     return ctx
+
+
+def system_context() -> ssl.SSLContext:
+    """A ``tls://`` URL without ``--bus-ca``: the system's CAs, TLS 1.2 at least."""
+    ctx = ssl.create_default_context(purpose=ssl.Purpose.SERVER_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    return ctx
+
+
+class StrictTLSClient(Client):
+    """nats-py's client, except that with a TLS context it never speaks to a server in clear text: nats-py upgrades
+    to TLS only when the server's INFO asks for it, so a server without TLS (or anyone in the path removing
+    ``tls_required`` from the INFO) would receive the CONNECT, password included, unencrypted. The INFO is checked
+    before the CONNECT on every (re)connection."""
+
+    async def _process_info(self, info, initial_connection: bool = False) -> None:
+        if initial_connection and self.options.get("tls") is not None and not info.get("tls_required"):
+            raise NatsError("nats: the server does not offer TLS, and a TLS context was given (--bus-ca or a tls:// "
+                            "URL): refused, nothing sent")
+        await super()._process_info(info, initial_connection)
+
+
+async def connect(servers: list[str], tls: ssl.SSLContext | None = None, **options) -> Client:
+    """``nats.connect`` for the bus: ``tls`` = None with only ``nats://`` URLs is clear text; otherwise (a context, or
+    any ``tls://`` URL, which then gets :func:`system_context`) TLS or nothing (:class:`StrictTLSClient`)."""
+    if tls is None and any(str(u).startswith("tls://") for u in servers):
+        tls = system_context()
+    nc = StrictTLSClient() if tls is not None else Client()
+    await nc.connect(servers=servers, tls=tls, **options)
+    return nc

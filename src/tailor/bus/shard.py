@@ -678,12 +678,12 @@ class Shard:
     async def connect(self) -> None:
         cfg = self.cfg
         try:  # a few attempts at the start (one clear error), then reconnect forever once connected
-            self.nc = await nats.connect(servers=cfg.servers, user=cfg.user, password=cfg.password,
-                                         tls=pki.client_context(cfg.bus_ca) if cfg.bus_ca else None,
-                                         name=f"tailor-manager-{cfg.shard_id}", max_reconnect_attempts=CONNECT_ATTEMPTS,
-                                         reconnect_time_wait=1, connect_timeout=5, error_cb=_bus_error,
-                                         disconnected_cb=_bus_event("bus.disconnected"),
-                                         reconnected_cb=_bus_event("bus.reconnected"))
+            self.nc = await pki.connect(servers=cfg.servers, user=cfg.user, password=cfg.password,
+                                        tls=pki.client_context(cfg.bus_ca) if cfg.bus_ca else None,
+                                        name=f"tailor-manager-{cfg.shard_id}", max_reconnect_attempts=CONNECT_ATTEMPTS,
+                                        reconnect_time_wait=1, connect_timeout=5, error_cb=_bus_error,
+                                        disconnected_cb=_bus_event("bus.disconnected"),
+                                        reconnected_cb=_bus_event("bus.reconnected"))
             self.nc.options["max_reconnect_attempts"] = -1
         except Exception as err:  # noqa: BLE001 (no server, refused credentials, ...: one clear error)
             raise BusError(f"tailor manager: cannot connect to the bus {','.join(cfg.servers)}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import json
 
-import nats
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
+from tailor.bus import pki
 from tailor.bus import setup as S
 from tailor.bus.partition import partition
 
@@ -66,8 +66,8 @@ class EdgePublisher:
 async def connect(url: str, user: str | None = None, password: str | None = None, tls=None):
     """A connection to ``url`` (``nats://HOST:PORT[,nats://...]``: a cluster's nodes); ``tls``: the servers'
     ``tls_context()`` when they require TLS."""
-    return await nats.connect(servers=url.split(","), user=user, password=password, max_reconnect_attempts=2,
-                              connect_timeout=3, tls=tls)
+    return await pki.connect(servers=url.split(","), user=user, password=password, max_reconnect_attempts=2,
+                             connect_timeout=3, tls=tls)
 
 
 async def kv_values(js, bucket: str, prefix: str) -> dict[str, bytes]:

@@ -145,6 +145,11 @@ func ReadCA(path string) (*x509.CertPool, error) {
 	if len(data) > maxCABytes {
 		return nil, fmt.Errorf("--bus-ca %s: larger than %d bytes", path, maxCABytes)
 	}
+	// a bundle with a key in it (a CA's certificate and key concatenated):
+	// the key does not belong on every edge, so the file is refused
+	if bytes.Contains(data, []byte("PRIVATE KEY-----")) {
+		return nil, fmt.Errorf("--bus-ca %s: holds a private key (want the CA certificate(s) only)", path)
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(data) {
 		return nil, fmt.Errorf("--bus-ca %s: no PEM certificate (want the CA certificate(s) that signed the bus servers' certificates)", path)

@@ -238,7 +238,8 @@ func TestBusCAFile(t *testing.T) {
 		{"over 1 MiB", big, "larger than 1048576 bytes"},
 		{"empty", write("empty.pem", nil), "no PEM certificate"},
 		{"not PEM", write("text.pem", []byte("not a certificate\n")), "no PEM certificate"},
-		{"a key, no certificate", write("key.pem", []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")), "no PEM certificate"},
+		{"a key, no certificate", write("key.pem", []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")), "holds a private key"},
+		{"a certificate and a key", write("both.pem", append(append([]byte{}, ca...), []byte("-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n")...)), "holds a private key"},
 		{"a bad certificate", write("bad.pem", []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")), "no PEM certificate"},
 	}
 	for _, c := range cases {

@@ -115,14 +115,7 @@ def test_a_three_node_bus_loses_no_acknowledged_telemetry_when_the_stream_leader
         shard.send_signal(signal.SIGTERM)  # final cycle, state, acknowledgements
         assert shard.wait(timeout=60) == 0
 
-        async def folded() -> int:
-            nc = await _connect(cluster, "manager")
-            try:
-                return sum(a["records"] for a in (await T.archives(nc.jetstream())).values())
-            finally:
-                await nc.close()
-
-        assert asyncio.run(folded()) == len(recs)  # folded once, the final cycle included
+        assert asyncio.run(_folded(cluster)) == len(recs)  # folded once, the final cycle included
         from tailor.manager.store import Store
 
         stored = []
@@ -190,6 +183,15 @@ def test_a_replicated_bus_gets_the_longer_heartbeat_ttl(tmp_path):
     finally:
         cluster.stop()
     assert (one, three) == (S.HEARTBEAT_TTL_S, S.REPLICATED_HEARTBEAT_TTL_S) == (6.0, 15.0)
+
+
+async def _folded(cluster: NatsCluster) -> int:
+    """Records folded into the partitions' archives, summed (read on a new manager connection)."""
+    nc = await _connect(cluster, "manager")
+    try:
+        return sum(a["records"] for a in (await T.archives(nc.jetstream())).values())
+    finally:
+        await nc.close()
 
 
 async def _owns(js, since: float = 0.0):
@@ -270,14 +272,7 @@ def test_a_bus_that_loses_its_majority_acknowledges_nothing_and_folds_everything
         shard.send_signal(signal.SIGTERM)
         assert shard.wait(timeout=60) == 0
 
-        async def folded() -> int:
-            nc = await _connect(cluster, "manager")
-            try:
-                return sum(a["records"] for a in (await T.archives(nc.jetstream())).values())
-            finally:
-                await nc.close()
-
-        assert asyncio.run(folded()) == len(recs)  # folded once, the final cycle included
+        assert asyncio.run(_folded(cluster)) == len(recs)  # folded once, the final cycle included
         log_text = (tmp_path / "shard.log").read_text()
         # without quorum the heartbeat is not taken: the shard lets its partitions go (their last state write fails,
         # nothing is acknowledged after the last durable state) and takes them over again once the bus is back
